@@ -1,0 +1,38 @@
+//! nvshim: NVIDIA GPUs in containers.
+//!
+//! One idea runs through the crate: a container's GPU request becomes a list of
+//! container edits (CDI-shaped: device nodes, mounts, hooks, env), and every front end
+//! is a thin way of producing or applying that list. Modules are listed in pipeline
+//! order; a module uses only modules above it.
+//!
+//! ```text
+//! roots, ldcache, nvml, cdi          leaves: paths, the ld.so.cache format, NVML, CDI wire types
+//! request                            device lists and driver capabilities, parsed and validated
+//! inventory                          GPUs + MIG devices + driver version (procfs or NVML)
+//! select                             request × inventory → Selection
+//! discover                           Selection + capabilities → HostResources (files, nodes)
+//! edits                              HostResources → ContainerEdits (pure, stable order)
+//! pipeline                           plan(): the one path through all of the above
+//! logging, cli                       front-end plumbing
+//! ```
+
+pub mod roots;
+
+pub mod cdi;
+pub mod ldcache;
+pub mod nvml;
+
+pub mod request;
+
+pub mod inventory;
+
+pub mod select;
+
+pub mod discover;
+
+pub mod edits;
+
+pub mod pipeline;
+
+pub mod cli;
+pub mod logging;
