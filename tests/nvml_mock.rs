@@ -1,0 +1,926 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `nvshim::nvml` and the NVML inventory backend against the mock `libnvidia-ml.so.1`
+//! (`tests/mock-nvml`, built by `cargo build --workspace`).
+//!
+//! The mock reads its config from the environment at `nvmlInit`, and one process has one
+//! environment and one copy of the mock. So every test that loads the mock runs its checks
+//! in a child process: the test writes a node (config, device nodes) into a tempdir, then
+//! re-runs this test binary filtered to itself with the node's env set, and the child, seeing
+//! its marker variable, does the checks. That works the same under `cargo test` (threads)
+//! and `cargo nextest` (a process per test), and needs no `unsafe` `set_var`.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nvshim::inventory::{self, DriverInfo, Gpu, Inventory, MigDevice};
+use nvshim::ldcache::{self, Entry};
+use nvshim::nvml::{EVENT_TYPE_XID_CRITICAL_ERROR, INSTANCE_ID_NONE, Nvml, NvmlError, Return};
+use nvshim::roots::Roots;
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Set in a child to the name of the test it runs.
+const CHILD_ENV: &str = "NVSHIM_NVML_MOCK_TEST";
+/// Set in a child to the node's directory.
+const DIR_ENV: &str = "NVSHIM_NVML_MOCK_DIR";
+/// Extra per-case data for a child.
+const CASE_ENV: &str = "NVSHIM_NVML_MOCK_CASE";
+
+const DRIVER_VERSION: &str = "550.54.15";
+const GIB: u64 = 1 << 30;
+
+// The standard node: three GPUs, written to the config out of bus order, with minors that
+// do not follow bus order either, so nothing passes by accident.
+const UUID_B1: &str = "GPU-b1b1b1b1-0000-4000-8000-0000000000b1";
+const UUID_07: &str = "GPU-07070707-0000-4000-8000-000000000007";
+const UUID_0A: &str = "GPU-0a0a0a0a-0000-4000-8000-00000000000a";
+const MIG_B1_1: &str = "MIG-b1b1b1b1-0001-4000-8000-000000000001";
+const MIG_B1_2: &str = "MIG-b1b1b1b1-0002-4000-8000-000000000002";
+const A100: &str = "NVIDIA A100-SXM4-80GB";
+const T4: &str = "Tesla T4";
+
+fn standard_gpus() -> Value {
+    json!([
+        {
+            "name": A100, "uuid": UUID_B1, "bus_id": "00000000:B1:00.0", "minor": 0,
+            "memory_total_bytes": 80 * GIB, "compute_capability": [8, 0], "mig_mode": true,
+            "mig_devices": [
+                { "gpu_instance_id": 1, "compute_instance_id": 0, "uuid": MIG_B1_1,
+                  "memory_total_bytes": 10 * GIB, "profile": "1g.10gb" },
+                { "gpu_instance_id": 2, "compute_instance_id": 0, "uuid": MIG_B1_2,
+                  "memory_total_bytes": 20 * GIB, "profile": "2g.20gb" }
+            ]
+        },
+        {
+            "name": A100, "uuid": UUID_07, "bus_id": "00000000:07:00.0", "minor": 1,
+            "memory_total_bytes": 80 * GIB, "memory_used_bytes": GIB,
+            "compute_capability": [8, 0], "mig_mode": false
+        },
+        {
+            "name": T4, "uuid": UUID_0A, "bus_id": "0000:0a:00.0", "minor": 2,
+            "memory_total_bytes": 16 * GIB, "compute_capability": [7, 5], "mig_mode": false
+        }
+    ])
+}
+
+fn standard_config(node: &Node) -> Value {
+    json!({
+        "driver_version": DRIVER_VERSION,
+        "cuda_driver_version": 12040,
+        "dev_root": node.dev(),
+        "gpus": standard_gpus(),
+    })
+}
+
+/// The mock, next to this test binary's `deps/` directory.
+fn mock_library() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the test binary: {e}"))?;
+    let profile_dir = exe.parent().and_then(Path::parent).ok_or_else(|| {
+        format!(
+            "test binary {} is not in <target>/<profile>/deps",
+            exe.display()
+        )
+    })?;
+    let library = profile_dir.join("libnvshim_mock_nvml.so");
+    if library.is_file() {
+        Ok(library)
+    } else {
+        Err(format!(
+            "the mock NVML {} does not exist: run `cargo build --workspace` first",
+            library.display()
+        ))
+    }
+}
+
+/// In the child process spawned for `test`: the node directory. Otherwise `None`.
+fn child(test: &str) -> Option<PathBuf> {
+    if std::env::var(CHILD_ENV).ok()? != test {
+        return None;
+    }
+    std::env::var_os(DIR_ENV).map(PathBuf::from)
+}
+
+/// A scratch node: `config.json`, `dev/nvidia<minor>` (plain files; the mock only checks
+/// that they exist), `calls.log`.
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new(minors: &[u32]) -> Result<Node, Box<dyn std::error::Error>> {
+        let node = Node {
+            dir: tempfile::tempdir()?,
+        };
+        std::fs::create_dir(node.dev())?;
+        for minor in minors {
+            std::fs::write(node.dev().join(format!("nvidia{minor}")), "")?;
+        }
+        Ok(node)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn dev(&self) -> PathBuf {
+        self.path("dev")
+    }
+
+    fn write_config(&self, config: &Value) -> TestResult {
+        std::fs::write(self.path("config.json"), serde_json::to_vec_pretty(config)?)?;
+        Ok(())
+    }
+
+    /// Runs `test` in a child with this node's env plus `env` (`None` removes a variable)
+    /// and fails with the child's output unless its one test passed.
+    fn run_child(&self, test: &str, env: &[(&str, Option<&OsStr>)]) -> Result<String, ChildFailed> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the test binary: {e}"))?;
+        let mut command = Command::new(exe);
+        command
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, test)
+            .env(DIR_ENV, self.dir.path())
+            .env("MOCK_NVML_CONFIG", self.path("config.json"))
+            .env("MOCK_NVML_CALL_LOG", self.path("calls.log"))
+            .env_remove("MOCK_NVML_DEV_ROOT")
+            .env_remove(CASE_ENV);
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let output = command
+            .output()
+            .map_err(|e| ChildFailed(format!("cannot run the child for {test}: {e}")))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() || !stdout.contains("1 passed") {
+            return Err(ChildFailed(format!(
+                "child for {test} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                output.status
+            )));
+        }
+        Ok(stderr.into_owned())
+    }
+}
+
+/// A child's failure, with its output; `Debug` prints it as is, so a failed test's report
+/// (which uses `Debug`) shows the child's panic message readably.
+struct ChildFailed(String);
+
+impl std::fmt::Debug for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ChildFailed {}
+
+impl From<String> for ChildFailed {
+    fn from(message: String) -> Self {
+        ChildFailed(message)
+    }
+}
+
+fn load_mock() -> Result<Nvml, Box<dyn std::error::Error>> {
+    Ok(Nvml::load(&mock_library()?)?)
+}
+
+/// The `(function, code, message)` of a failed call, for table comparisons.
+fn call_failure<T: std::fmt::Debug>(
+    result: Result<T, NvmlError>,
+) -> Result<(&'static str, Return, String), String> {
+    match result {
+        Err(NvmlError::Call {
+            function,
+            code,
+            message,
+        }) => Ok((function, code, message)),
+        other => Err(format!("expected an NVML call error, got {other:?}")),
+    }
+}
+
+#[test]
+fn gpus_enumerate_in_pci_order() -> TestResult {
+    const TEST: &str = "gpus_enumerate_in_pci_order";
+    if child(TEST).is_some() {
+        let nvml = load_mock()?;
+        assert_eq!(nvml.driver_version()?, DRIVER_VERSION);
+        assert_eq!(nvml.cuda_driver_version()?, 12040);
+        assert_eq!(nvml.device_count()?, 3);
+        // (uuid, NVML bus id, (domain, bus, device), minor, name, memory, capability)
+        let want = [
+            (
+                UUID_07,
+                "00000000:07:00.0",
+                (0, 0x07, 0),
+                1,
+                A100,
+                (80 * GIB, 79 * GIB, GIB),
+                (8, 0),
+            ),
+            (
+                UUID_0A,
+                "00000000:0A:00.0",
+                (0, 0x0a, 0),
+                2,
+                T4,
+                (16 * GIB, 16 * GIB, 0),
+                (7, 5),
+            ),
+            (
+                UUID_B1,
+                "00000000:B1:00.0",
+                (0, 0xb1, 0),
+                0,
+                A100,
+                (80 * GIB, 80 * GIB, 0),
+                (8, 0),
+            ),
+        ];
+        for (index, (uuid, bus_id, (domain, bus, device), minor, name, memory, cc)) in
+            want.into_iter().enumerate()
+        {
+            let case = format!("GPU {index} ({uuid})");
+            let gpu = nvml.device_by_index(index as u32)?;
+            assert_eq!(gpu.uuid()?, uuid, "case {case}");
+            let pci = gpu.pci_info()?;
+            assert_eq!(pci.bus_id, bus_id, "case {case}");
+            assert_eq!(
+                (pci.domain, pci.bus, pci.device),
+                (domain, bus, device),
+                "case {case}"
+            );
+            assert_eq!(pci.pci_device_id & 0xffff, 0x10de, "case {case}: vendor id");
+            assert_eq!(gpu.minor_number()?, minor, "case {case}");
+            assert_eq!(gpu.name()?, name, "case {case}");
+            let m = gpu.memory_info()?;
+            assert_eq!((m.total, m.free, m.used), memory, "case {case}");
+            assert_eq!(gpu.cuda_compute_capability()?, cc, "case {case}");
+            assert!(!gpu.is_mig_device()?, "case {case}");
+        }
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+#[test]
+fn gpus_without_a_device_node_are_hidden() -> TestResult {
+    const TEST: &str = "gpus_without_a_device_node_are_hidden";
+    if child(TEST).is_some() {
+        let want = std::env::var(CASE_ENV)?;
+        let want: Vec<&str> = want.split(',').filter(|u| !u.is_empty()).collect();
+        let nvml = load_mock()?;
+        let mut got = Vec::new();
+        for index in 0..nvml.device_count()? {
+            got.push(nvml.device_by_index(index)?.uuid()?);
+        }
+        assert_eq!(got, want);
+        for hidden in [UUID_07, UUID_0A, UUID_B1]
+            .iter()
+            .filter(|u| !want.contains(u))
+        {
+            let failure = call_failure(nvml.device_by_uuid(hidden))?;
+            assert_eq!(failure.1, Return::NotFound, "hidden {hidden}");
+        }
+        return Ok(());
+    }
+    // (case, minors under the config's dev_root, minors under $MOCK_NVML_DEV_ROOT, visible)
+    type Case<'a> = (&'a str, &'a [u32], Option<&'a [u32]>, &'a [&'a str]);
+    let cases: &[Case] = &[
+        ("all nodes", &[0, 1, 2], None, &[UUID_07, UUID_0A, UUID_B1]),
+        ("minor 1 missing", &[0, 2], None, &[UUID_0A, UUID_B1]),
+        ("no nodes", &[], None, &[]),
+        ("env dev root wins", &[0, 1, 2], Some(&[1]), &[UUID_07]),
+    ];
+    for (case, minors, env_minors, visible) in cases {
+        let node = Node::new(minors)?;
+        node.write_config(&standard_config(&node))?;
+        let env_dev = node.path("other-dev");
+        std::fs::create_dir(&env_dev)?;
+        for minor in env_minors.unwrap_or_default() {
+            std::fs::write(env_dev.join(format!("nvidia{minor}")), "")?;
+        }
+        let visible = visible.join(",");
+        let mut env = vec![(CASE_ENV, Some(OsStr::new(&visible)))];
+        if env_minors.is_some() {
+            env.push(("MOCK_NVML_DEV_ROOT", Some(env_dev.as_os_str())));
+        }
+        node.run_child(TEST, &env)
+            .map_err(|e| ChildFailed(format!("case {case}: {e}")))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn mig_devices_enumerate() -> TestResult {
+    const TEST: &str = "mig_devices_enumerate";
+    if child(TEST).is_some() {
+        let nvml = load_mock()?;
+        let a100_mig = nvml.device_by_uuid(UUID_B1)?;
+        let a100 = nvml.device_by_uuid(UUID_07)?;
+        let t4 = nvml.device_by_uuid(UUID_0A)?;
+
+        // (case, device, MIG mode or error, max MIG devices or error)
+        let modes = [
+            ("A100 in MIG mode", a100_mig, Ok((true, true)), Ok(7)),
+            ("A100 with MIG off", a100, Ok((false, false)), Ok(0)),
+            ("T4 without MIG", t4, Err(Return::NotSupported), Ok(0)),
+        ];
+        for (case, device, mode, max) in modes {
+            assert_eq!(
+                device.mig_mode().map_err(|e| e.code()),
+                mode.map_err(Some),
+                "case {case}"
+            );
+            assert_eq!(
+                device.max_mig_device_count().map_err(|e| e.code()),
+                max.map_err(Some),
+                "case {case}"
+            );
+        }
+
+        // (slot, gpu instance, compute instance, uuid, name, memory)
+        let want = [
+            (0, 1, 0, MIG_B1_1, format!("{A100} MIG 1g.10gb"), 10 * GIB),
+            (1, 2, 0, MIG_B1_2, format!("{A100} MIG 2g.20gb"), 20 * GIB),
+        ];
+        for (slot, gi, ci, uuid, name, memory) in want {
+            let case = format!("slot {slot}");
+            let mig = a100_mig.mig_device_by_index(slot)?;
+            assert!(mig.is_mig_device()?, "case {case}");
+            assert_eq!(mig.gpu_instance_id()?, gi, "case {case}");
+            assert_eq!(mig.compute_instance_id()?, ci, "case {case}");
+            assert_eq!(mig.uuid()?, uuid, "case {case}");
+            assert_eq!(mig.name()?, name, "case {case}");
+            assert_eq!(mig.memory_info()?.total, memory, "case {case}");
+            assert_eq!(mig.parent()?, a100_mig, "case {case}");
+            assert_eq!(mig.parent()?.uuid()?, UUID_B1, "case {case}");
+            assert_eq!(mig.pci_info()?.bus_id, "00000000:B1:00.0", "case {case}");
+        }
+
+        // (case, result code)
+        let failures = [
+            (
+                "empty slot",
+                call_failure(a100_mig.mig_device_by_index(2))?.1,
+                Return::NotFound,
+            ),
+            (
+                "slot past the maximum",
+                call_failure(a100_mig.mig_device_by_index(7))?.1,
+                Return::InvalidArgument,
+            ),
+            (
+                "MIG off",
+                call_failure(a100.mig_device_by_index(0))?.1,
+                Return::InvalidArgument,
+            ),
+            (
+                "no MIG support",
+                call_failure(t4.mig_device_by_index(0))?.1,
+                Return::NotSupported,
+            ),
+            (
+                "GPU instance id of a GPU",
+                call_failure(a100.gpu_instance_id())?.1,
+                Return::NotSupported,
+            ),
+            (
+                "compute instance id of a GPU",
+                call_failure(a100.compute_instance_id())?.1,
+                Return::NotSupported,
+            ),
+            (
+                "parent of a GPU",
+                call_failure(a100.parent())?.1,
+                Return::InvalidArgument,
+            ),
+        ];
+        for (case, got, want) in failures {
+            assert_eq!(got, want, "case {case}");
+        }
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+#[test]
+fn devices_are_found_by_uuid() -> TestResult {
+    const TEST: &str = "devices_are_found_by_uuid";
+    if child(TEST).is_some() {
+        let nvml = load_mock()?;
+        // (case, uuid, Ok(is MIG) or the error code)
+        let cases = [
+            ("GPU", UUID_0A, Ok(false)),
+            ("MIG device", MIG_B1_2, Ok(true)),
+            (
+                "unknown GPU",
+                "GPU-00000000-0000-0000-0000-000000000000",
+                Err(Some(Return::NotFound)),
+            ),
+            ("interior NUL", "GPU-\0", Err(None)),
+        ];
+        for (case, uuid, want) in cases {
+            match (nvml.device_by_uuid(uuid), want) {
+                (Ok(device), Ok(is_mig)) => {
+                    assert_eq!(device.uuid()?, uuid, "case {case}");
+                    assert_eq!(device.is_mig_device()?, is_mig, "case {case}");
+                }
+                (Err(error), Err(code)) => assert_eq!(error.code(), code, "case {case}: {error}"),
+                (got, want) => panic!("case {case}: got {got:?}, want {want:?}"),
+            }
+        }
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+#[test]
+fn call_errors_carry_nvml_text() -> TestResult {
+    const TEST: &str = "call_errors_carry_nvml_text";
+    if child(TEST).is_some() {
+        let nvml = load_mock()?;
+        let t4 = nvml.device_by_uuid(UUID_0A)?;
+        let cases = [
+            (
+                "index out of range",
+                call_failure(nvml.device_by_index(99))?,
+                (
+                    "nvmlDeviceGetHandleByIndex_v2",
+                    Return::InvalidArgument,
+                    "Invalid Argument",
+                ),
+            ),
+            (
+                "unknown UUID",
+                call_failure(nvml.device_by_uuid("GPU-nope"))?,
+                ("nvmlDeviceGetHandleByUUID", Return::NotFound, "Not Found"),
+            ),
+            (
+                "MIG mode of a T4",
+                call_failure(t4.mig_mode())?,
+                (
+                    "nvmlDeviceGetMigMode",
+                    Return::NotSupported,
+                    "Not Supported",
+                ),
+            ),
+        ];
+        for (case, got, (function, code, message)) in cases {
+            assert_eq!(got, (function, code, message.to_string()), "case {case}");
+        }
+        let error = nvml
+            .device_by_index(99)
+            .err()
+            .ok_or("index 99 should fail")?;
+        assert_eq!(
+            error.to_string(),
+            "nvmlDeviceGetHandleByIndex_v2 failed: Invalid Argument (NVML_ERROR_INVALID_ARGUMENT)"
+        );
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+#[test]
+fn init_fails_without_a_usable_config() -> TestResult {
+    const TEST: &str = "init_fails_without_a_usable_config";
+    if child(TEST).is_some() {
+        let failure = call_failure(Nvml::load(&mock_library()?))?;
+        assert_eq!(
+            failure,
+            (
+                "nvmlInit_v2",
+                Return::DriverNotLoaded,
+                "Driver Not Loaded".to_string()
+            )
+        );
+        return Ok(());
+    }
+    let node = Node::new(&[0])?;
+    let mut unknown_field = standard_config(&node);
+    unknown_field["gpus"][1]["colour"] = json!("green");
+    let mut bad_bus_id = standard_config(&node);
+    bad_bus_id["gpus"][1]["bus_id"] = json!("slot 7");
+    let mut missing_field = standard_config(&node);
+    missing_field
+        .as_object_mut()
+        .map(|c| c.remove("driver_version"));
+    // (case, config file contents or None for no file, the reason the mock gives on stderr)
+    let cases = [
+        (
+            "config file missing",
+            None,
+            "cannot read MOCK_NVML_CONFIG file",
+        ),
+        (
+            "unknown field",
+            Some(unknown_field),
+            "unknown field `colour`",
+        ),
+        (
+            "missing field",
+            Some(missing_field),
+            "missing field `driver_version`",
+        ),
+        ("bad bus id", Some(bad_bus_id), "\"slot 7\""),
+    ];
+    for (case, config, reason) in cases {
+        match &config {
+            Some(config) => node.write_config(config)?,
+            None => {
+                let _ = std::fs::remove_file(node.path("config.json"));
+            }
+        }
+        let stderr = node
+            .run_child(TEST, &[])
+            .map_err(|e| ChildFailed(format!("case {case}: {e}")))?;
+        assert!(stderr.contains(reason), "case {case}: stderr {stderr:?}");
+    }
+    let stderr = node.run_child(TEST, &[("MOCK_NVML_CONFIG", None)])?;
+    assert!(
+        stderr.contains("MOCK_NVML_CONFIG is not set"),
+        "case env unset: {stderr:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn missing_or_wrong_libraries_are_errors_naming_them() {
+    // In process: neither library is the mock.
+    let cases = [
+        (
+            "absolute path",
+            "/nonexistent/nvshim/libnvidia-ml.so.1",
+            "/nonexistent/nvshim/libnvidia-ml.so.1: cannot open shared object file",
+        ),
+        (
+            "bare name",
+            "libnvshim-no-such-library.so.1",
+            "libnvshim-no-such-library.so.1: cannot open shared object file",
+        ),
+        ("not NVML", "libc.so.6", "has no function nvmlInit_v2"),
+    ];
+    for (case, library, want) in cases {
+        match Nvml::load(Path::new(library)) {
+            Ok(nvml) => panic!("case {case}: loading {library} succeeded: {nvml:?}"),
+            Err(error) => {
+                let message = error.to_string();
+                assert!(message.contains(library), "case {case}: {message}");
+                assert!(message.contains(want), "case {case}: {message}");
+            }
+        }
+    }
+    let error = inventory::nvml::load(
+        &Roots::default(),
+        Some(Path::new("/nonexistent/nvshim/libnvidia-ml.so.1")),
+    )
+    .err();
+    assert!(
+        matches!(
+            error,
+            Some(inventory::InventoryError::Nvml(NvmlError::Open { .. }))
+        ),
+        "inventory: {error:?}"
+    );
+}
+
+#[test]
+fn xid_events_are_delivered() -> TestResult {
+    const TEST: &str = "xid_events_are_delivered";
+    if let Some(dir) = child(TEST) {
+        let nvml = load_mock()?;
+        let a100 = nvml.device_by_uuid(UUID_07)?;
+        let a100_mig = nvml.device_by_uuid(UUID_B1)?;
+        assert_ne!(
+            a100.supported_event_types()? & EVENT_TYPE_XID_CRITICAL_ERROR,
+            0
+        );
+        let events = nvml.event_set()?;
+        // The T4 (UUID_0A) is left unregistered: its configured XID must never arrive.
+        events.register(&a100, EVENT_TYPE_XID_CRITICAL_ERROR)?;
+        events.register(&a100_mig, EVENT_TYPE_XID_CRITICAL_ERROR)?;
+        let mig = a100_mig.mig_device_by_index(1)?;
+        assert_eq!(
+            events
+                .register(&mig, EVENT_TYPE_XID_CRITICAL_ERROR)
+                .err()
+                .and_then(|e| e.code()),
+            Some(Return::NotSupported),
+            "case register a MIG device"
+        );
+
+        let mut got = Vec::new();
+        // (GPU uuid, type, data, GPU instance, compute instance) of the next event.
+        type Seen = Option<(String, u64, u64, u32, u32)>;
+        let next = |case: &str| -> Result<Seen, Box<dyn std::error::Error>> {
+            let timeout = if case.starts_with("nothing") {
+                50
+            } else {
+                5_000
+            };
+            Ok(match events.wait(timeout)? {
+                None => None,
+                Some(e) => Some((
+                    e.device.uuid()?,
+                    e.event_type,
+                    e.event_data,
+                    e.gpu_instance_id,
+                    e.compute_instance_id,
+                )),
+            })
+        };
+        got.push(("configured xid", next("configured xid")?));
+        got.push(("nothing due", next("nothing due")?));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("xid-events"))?;
+        file.write_all(format!("{UUID_07} 48\n{MIG_B1_2} 31\n{UUID_0A} 13\n").as_bytes())?;
+        got.push(("appended GPU line", next("appended GPU line")?));
+        got.push(("appended MIG line", next("appended MIG line")?));
+        got.push((
+            "nothing for the unregistered GPU",
+            next("nothing for the unregistered GPU")?,
+        ));
+
+        let xid = EVENT_TYPE_XID_CRITICAL_ERROR;
+        let none = INSTANCE_ID_NONE;
+        let want = [
+            (
+                "configured xid",
+                Some((UUID_07.to_string(), xid, 79, none, none)),
+            ),
+            ("nothing due", None),
+            (
+                "appended GPU line",
+                Some((UUID_07.to_string(), xid, 48, none, none)),
+            ),
+            (
+                "appended MIG line",
+                Some((UUID_B1.to_string(), xid, 31, 2, 0)),
+            ),
+            ("nothing for the unregistered GPU", None),
+        ];
+        for ((case, got), (_, want)) in got.into_iter().zip(want) {
+            assert_eq!(got, want, "case {case}");
+        }
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    let event_file = node.path("xid-events");
+    std::fs::write(&event_file, "")?;
+    let mut config = standard_config(&node);
+    config["xid_events"] = json!([
+        { "gpu_uuid": UUID_07, "xid": 79, "delay_ms": 0 },
+        { "gpu_uuid": UUID_0A, "xid": 43, "delay_ms": 0 },
+    ]);
+    config["event_file"] = json!(event_file);
+    node.write_config(&config)?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+#[test]
+fn the_call_log_records_loading_and_calls() -> TestResult {
+    const TEST: &str = "the_call_log_records_loading_and_calls";
+    if child(TEST).is_some() {
+        let nvml = load_mock()?;
+        assert_eq!(nvml.device_count()?, 3);
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    node.run_child(TEST, &[])?;
+    let log = std::fs::read_to_string(node.path("calls.log"))?;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.first(), Some(&"loaded"), "log {lines:?}");
+    // In this order, possibly with other calls between them.
+    let want = [
+        "loaded",
+        "nvmlInit_v2",
+        "nvmlDeviceGetCount_v2",
+        "nvmlShutdown",
+    ];
+    let mut rest = lines.iter();
+    for call in want {
+        assert!(rest.any(|line| *line == call), "case {call}: log {lines:?}");
+    }
+    Ok(())
+}
+
+fn expected_inventory() -> Inventory {
+    let a100 = |index, minor, uuid: &str, bus_id: &str, mig_enabled, mig_devices| Gpu {
+        index,
+        minor,
+        uuid: uuid.to_string(),
+        bus_id: bus_id.to_string(),
+        name: A100.to_string(),
+        memory_bytes: Some(80 * GIB),
+        compute_capability: Some("8.0".to_string()),
+        mig_enabled,
+        mig_devices,
+    };
+    let mig = |index, gpu_instance_id, uuid: &str, gib, profile: &str| MigDevice {
+        index,
+        gpu_instance_id,
+        compute_instance_id: 0,
+        uuid: uuid.to_string(),
+        memory_bytes: Some(gib * GIB),
+        profile: profile.to_string(),
+    };
+    Inventory {
+        driver: DriverInfo {
+            version: DRIVER_VERSION.to_string(),
+            cuda_version: Some("12.4".to_string()),
+        },
+        gpus: vec![
+            a100(0, 1, UUID_07, "0000:07:00.0", Some(false), vec![]),
+            Gpu {
+                index: 1,
+                minor: 2,
+                uuid: UUID_0A.to_string(),
+                bus_id: "0000:0a:00.0".to_string(),
+                name: T4.to_string(),
+                memory_bytes: Some(16 * GIB),
+                compute_capability: Some("7.5".to_string()),
+                mig_enabled: None,
+                mig_devices: vec![],
+            },
+            a100(
+                2,
+                0,
+                UUID_B1,
+                "0000:b1:00.0",
+                Some(true),
+                vec![
+                    mig(0, 1, MIG_B1_1, 10, "1g.10gb"),
+                    mig(1, 2, MIG_B1_2, 20, "2g.20gb"),
+                ],
+            ),
+        ],
+    }
+}
+
+#[test]
+fn the_nvml_inventory_matches_the_node() -> TestResult {
+    const TEST: &str = "the_nvml_inventory_matches_the_node";
+    if let Some(dir) = child(TEST) {
+        let library = mock_library()?;
+        let want = expected_inventory();
+        // Explicit library; then found through the driver root's ld.so.cache.
+        let explicit = inventory::nvml::load(&Roots::default(), Some(&library))?;
+        assert_eq!(explicit, want, "case explicit library");
+        let roots = Roots {
+            driver: dir.join("driver"),
+            ..Roots::default()
+        };
+        let through_cache = inventory::nvml::load(&roots, None)?;
+        assert_eq!(through_cache, want, "case driver root ld.so.cache");
+        return Ok(());
+    }
+    let node = Node::new(&[0, 1, 2])?;
+    node.write_config(&standard_config(&node))?;
+    let lib_dir = node.path("driver/usr/lib/nvshim-test");
+    std::fs::create_dir_all(&lib_dir)?;
+    std::os::unix::fs::symlink(mock_library()?, lib_dir.join("libnvidia-ml.so.550.54.15"))?;
+    write_ld_cache(
+        &node.path("driver"),
+        &[(
+            "libnvidia-ml.so.1",
+            "/usr/lib/nvshim-test/libnvidia-ml.so.550.54.15",
+            LIB64,
+            0,
+        )],
+    )?;
+    node.run_child(TEST, &[])?;
+    Ok(())
+}
+
+/// This host's 64-bit glibc flags.
+#[cfg(target_arch = "aarch64")]
+const LIB64: i32 = ldcache::FLAG_ELF_LIBC6 | ldcache::FLAG_AARCH64_LIB64;
+#[cfg(not(target_arch = "aarch64"))]
+const LIB64: i32 = ldcache::FLAG_ELF_LIBC6 | ldcache::FLAG_X8664_LIB64;
+
+/// An `ld.so.cache` entry: `(key, value, flags, hwcap)`.
+type CacheEntry<'a> = (&'a str, &'a str, i32, u64);
+
+/// Writes `<root>/etc/ld.so.cache` holding `entries`.
+fn write_ld_cache(root: &Path, entries: &[CacheEntry]) -> TestResult {
+    let entries: Vec<Entry> = entries
+        .iter()
+        .map(|&(key, value, flags, hwcap)| Entry {
+            key: key.to_string(),
+            value: value.to_string(),
+            flags,
+            hwcap,
+        })
+        .collect();
+    std::fs::create_dir_all(root.join("etc"))?;
+    std::fs::write(root.join("etc/ld.so.cache"), ldcache::write_new(&entries))?;
+    Ok(())
+}
+
+#[test]
+fn the_library_comes_from_the_driver_roots_ld_cache() -> TestResult {
+    const SONAME: &str = "libnvidia-ml.so.1";
+    const REAL: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15";
+    let hwcaps = ldcache::HWCAP_EXTENSION;
+    // (case, cache entries or None for no cache, want: Some(path under the root) or None
+    // for the bare soname)
+    type Case<'a> = (&'a str, Option<&'a [CacheEntry<'a>]>, Option<&'a str>);
+    let cases: &[Case] = &[
+        ("no cache", None, None),
+        (
+            "64-bit entry",
+            Some(&[(SONAME, REAL, LIB64, 0)]),
+            Some(REAL),
+        ),
+        (
+            "32-bit entry only",
+            Some(&[(
+                SONAME,
+                "/usr/lib32/libnvidia-ml.so.1",
+                ldcache::FLAG_ELF_LIBC6,
+                0,
+            )]),
+            None,
+        ),
+        (
+            "other libraries only",
+            Some(&[("libcuda.so.1", "/usr/lib/libcuda.so.1", LIB64, 0)]),
+            None,
+        ),
+        (
+            "entry climbing out",
+            Some(&[(SONAME, "/usr/../../etc/libnvidia-ml.so.1", LIB64, 0)]),
+            None,
+        ),
+        (
+            "hwcaps variant listed first",
+            Some(&[
+                (
+                    SONAME,
+                    "/usr/lib/glibc-hwcaps/x86-64-v3/libnvidia-ml.so.1",
+                    LIB64,
+                    hwcaps,
+                ),
+                (SONAME, REAL, LIB64, 0),
+            ]),
+            Some(REAL),
+        ),
+    ];
+    for (case, entries, want) in cases {
+        let root = tempfile::tempdir()?;
+        if let Some(entries) = entries {
+            write_ld_cache(root.path(), entries)?;
+        }
+        let roots = Roots {
+            driver: root.path().to_path_buf(),
+            ..Roots::default()
+        };
+        let want = match want {
+            Some(path) => root.path().join(path.trim_start_matches('/')),
+            None => PathBuf::from(SONAME),
+        };
+        assert_eq!(inventory::nvml::library_path(&roots), want, "case {case}");
+    }
+
+    let root = tempfile::tempdir()?;
+    std::fs::create_dir_all(root.path().join("etc"))?;
+    std::fs::write(root.path().join("etc/ld.so.cache"), b"not a cache")?;
+    let roots = Roots {
+        driver: root.path().to_path_buf(),
+        ..Roots::default()
+    };
+    assert_eq!(
+        inventory::nvml::library_path(&roots),
+        PathBuf::from(SONAME),
+        "case garbage cache"
+    );
+    Ok(())
+}
