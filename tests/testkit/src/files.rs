@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Filesystem primitives for the node builders, each turning `io::Error` into a [`TestkitError`]
+//! that names the path.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+
+use crate::error::{TestkitError, io_err};
+
+pub(crate) fn mkdir_all(path: &Path) -> Result<(), TestkitError> {
+    fs::create_dir_all(path).map_err(io_err("creating directory", path))
+}
+
+/// Writes `contents` to `path` (creating parent directories) and sets `mode`.
+pub(crate) fn write(
+    path: &Path,
+    contents: impl AsRef<[u8]>,
+    mode: u32,
+) -> Result<(), TestkitError> {
+    if let Some(parent) = path.parent() {
+        mkdir_all(parent)?;
+    }
+    fs::write(path, contents).map_err(io_err("writing", path))?;
+    chmod(path, mode)
+}
+
+pub(crate) fn chmod(path: &Path, mode: u32) -> Result<(), TestkitError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", path))
+}
+
+/// Copies `from` to `to` and sets `mode`.
+pub(crate) fn copy(from: &Path, to: &Path, mode: u32) -> Result<(), TestkitError> {
+    if let Some(parent) = to.parent() {
+        mkdir_all(parent)?;
+    }
+    fs::copy(from, to).map_err(io_err("copying", from))?;
+    chmod(to, mode)
+}
+
+/// Creates the symlink `link` → `target` (`target` is stored as given, usually relative).
+pub(crate) fn link(target: &str, link: &Path) -> Result<(), TestkitError> {
+    symlink(target, link).map_err(io_err("creating symlink", link))
+}

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+//! A simulated GPU node for nvshim's integration tests, benchmarks and `make demo`.
+//!
+//! [`SimNode::build`] turns a [`NodeSpec`] into a directory `D` holding everything nvshim reads on
+//! a real host, with no GPU present:
+//! - `D/driver`: a driver root with real ELF library stubs for one driver version, soname links,
+//!   an `ld.so.cache` written by the system `ldconfig -r`, the mock NVML as
+//!   `libnvidia-ml.so.<V>`, driver binaries, GSP firmware, the persistenced socket and MPS dir;
+//! - `D/dev`: character device nodes made with `mknod` (needs root);
+//! - `D/proc`: `driver/nvidia/...` and the MIG capability files;
+//! - `D/mock-nvml.json`: the mock NVML's config, describing the same GPUs.
+//!
+//! Every part is derived from the one spec, so the node is self-consistent. This crate must not
+//! depend on `nvshim`: it is nvshim's dev-dependency and describes hosts, not nvshim's view of them.
+
+mod artifacts;
+mod devices;
+mod driver;
+mod error;
+mod files;
+mod mock_config;
+mod node;
+mod procfs;
+mod spec;
+
+pub use artifacts::{
+    Artifacts, FAKE_NVIDIA_SMI_ENV, FAKE_NVIDIA_SMI_FILE, MOCK_NVML_ENV, MOCK_NVML_FILE,
+};
+pub use devices::{DeviceNode, device_nodes};
+pub use driver::{
+    BINARIES, FIRMWARE, FOREIGN_LIBRARY, LIB_DIR, LIBRARIES, Library, MPS_PIPE_DIR,
+    PERSISTENCED_SOCKET, STALE_LIBRARY, Soname, ldconfig,
+};
+pub use error::TestkitError;
+pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockXidEvent};
+pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
+pub use procfs::{capability_file, version_file};
+pub use spec::{
+    DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, GpuSpec, MIG_CONFIG_MINOR,
+    MIG_MAX_COMPUTE_INSTANCES, MIG_MAX_GPU_INSTANCES, MIG_MONITOR_MINOR, MigSpec,
+    NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, NVIDIA_UVM_MAJOR, NVIDIACTL_MINOR,
+    NodeSpec, mig_ci_minor, mig_gi_minor, nvml_bus_id,
+};

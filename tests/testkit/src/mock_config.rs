@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The mock NVML's JSON config (`D/mock-nvml.json`), generated from the same [`NodeSpec`] as the
+//! rest of the node. Field names and nesting are exactly what the mock accepts (it rejects unknown
+//! fields), so this module is the testkit's half of that contract.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::spec::NodeSpec;
+
+/// The config file as the mock reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockConfig {
+    pub driver_version: String,
+    pub cuda_driver_version: u32,
+    pub dev_root: String,
+    pub gpus: Vec<MockGpu>,
+    pub xid_events: Vec<MockXidEvent>,
+    pub event_file: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockGpu {
+    pub name: String,
+    pub uuid: String,
+    /// NVML form: `00000000:07:00.0`.
+    pub bus_id: String,
+    pub minor: u32,
+    pub memory_total_bytes: u64,
+    pub memory_used_bytes: u64,
+    pub compute_capability: [u32; 2],
+    pub mig_mode: bool,
+    pub mig_devices: Vec<MockMigDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockMigDevice {
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub uuid: String,
+    pub memory_total_bytes: u64,
+    pub profile: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockXidEvent {
+    pub gpu_uuid: String,
+    pub xid: u64,
+    pub delay_ms: u64,
+}
+
+impl MockConfig {
+    /// The config for `spec` on a node whose dev root is `dev_root` and event file `event_file`.
+    pub fn new(spec: &NodeSpec, dev_root: &Path, event_file: &Path) -> MockConfig {
+        MockConfig {
+            driver_version: spec.driver_version.clone(),
+            cuda_driver_version: spec.cuda_driver_version,
+            dev_root: dev_root.display().to_string(),
+            gpus: spec
+                .gpus
+                .iter()
+                .map(|gpu| MockGpu {
+                    name: gpu.name.clone(),
+                    uuid: gpu.uuid.clone(),
+                    bus_id: gpu.nvml_bus_id(),
+                    minor: gpu.minor,
+                    memory_total_bytes: gpu.memory_bytes,
+                    memory_used_bytes: 0,
+                    compute_capability: [gpu.compute_capability.0, gpu.compute_capability.1],
+                    mig_mode: !gpu.mig_devices.is_empty(),
+                    mig_devices: gpu
+                        .mig_devices
+                        .iter()
+                        .map(|mig| MockMigDevice {
+                            gpu_instance_id: mig.gpu_instance_id,
+                            compute_instance_id: mig.compute_instance_id,
+                            uuid: mig.uuid.clone(),
+                            memory_total_bytes: mig.memory_bytes,
+                            profile: mig.profile.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            xid_events: spec
+                .xid_events
+                .iter()
+                .map(|(gpu_uuid, xid, delay_ms)| MockXidEvent {
+                    gpu_uuid: gpu_uuid.clone(),
+                    xid: *xid,
+                    delay_ms: *delay_ms,
+                })
+                .collect(),
+            event_file: event_file.display().to_string(),
+        }
+    }
+}
