@@ -1,0 +1,632 @@
+//! Finds the host files a request needs: device nodes (stat'd for their real
+//! major/minor), the driver's libraries of the running version, binaries, IPC
+//! sockets and GSP firmware.
+//!
+//! Reads only what the request needs: the driver root's `ld.so.cache` (parsed here,
+//! never `ldconfig -p`), one `lstat` per candidate file, one `stat` per device node,
+//! and `mig-minors` only when MIG devices are selected. Nothing is skipped silently:
+//! what is absent goes into [`HostResources::missing`], and the pipeline decides
+//! which absences are fatal.
+
+pub mod resolve;
+pub mod table;
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::ldcache::{self, Class, LdCache};
+use crate::request::{Capability, DriverCapabilities};
+use crate::roots::Roots;
+use crate::select::Selection;
+use resolve::{Link, Resolver};
+use table::{
+    BINARY_DIRS, CAPS_DIR, CONTROL_NODE, FIRMWARE_DIR, LIBRARY_DIRS_32, LIBRARY_DIRS_64,
+    MIG_MINORS, TABLE,
+};
+
+/// A character device node found under the dev root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceNode {
+    /// Path in the container, e.g. `/dev/nvidia0`.
+    pub path: PathBuf,
+    /// Path on the host (under the dev root).
+    pub host_path: PathBuf,
+    pub major: u64,
+    pub minor: u64,
+    /// Permission bits, e.g. `0o666`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What kind of file a [`HostFile`] is; decides the mount options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    Library,
+    Binary,
+    Config,
+    Firmware,
+    /// A socket (mounted read-only: connecting needs no write access to the mount).
+    Socket,
+    /// A pipe directory (MPS), mounted writable.
+    IpcDir,
+}
+
+/// A regular file (or IPC endpoint) found under the driver root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostFile {
+    pub kind: FileKind,
+    /// Path in the container: the real file's path with the driver root stripped.
+    pub path: PathBuf,
+    /// Path on the host.
+    pub host_path: PathBuf,
+    /// Symlinks that lead to this file on the host, recreated in the container
+    /// (`libcuda.so -> libcuda.so.1`, `libcuda.so.1 -> libcuda.so.550.54.15`).
+    pub links: Vec<SymlinkEdit>,
+}
+
+/// A symlink to recreate: `path` points at `target`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SymlinkEdit {
+    pub path: PathBuf,
+    pub target: String,
+}
+
+/// Something the request would use that the host does not have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Missing {
+    /// What was looked for: a path, or a library stem.
+    pub what: String,
+    /// Why it matters (`compute`, `GPU 3`, …).
+    pub needed_for: String,
+    /// Whether the container cannot work without it.
+    pub required: bool,
+    /// What was found instead, if anything (e.g. another driver version).
+    pub detail: Option<String>,
+}
+
+/// Everything discovered for one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostResources {
+    /// Control nodes first, then GPUs by minor, then MIG capabilities by minor.
+    pub device_nodes: Vec<DeviceNode>,
+    /// Libraries, binaries, configs, firmware, IPC: in discovery order, no duplicates.
+    pub files: Vec<HostFile>,
+    pub missing: Vec<Missing>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot use the driver's library cache {path}: {source}")]
+    LdCache {
+        path: PathBuf,
+        #[source]
+        source: ldcache::LdCacheError,
+    },
+    #[error("{path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+}
+
+/// What to discover.
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    pub driver_version: &'a str,
+    pub capabilities: DriverCapabilities,
+    pub selection: &'a Selection,
+}
+
+/// Finds the host resources for `want` under `roots`.
+pub fn discover(roots: &Roots, want: Want<'_>) -> Result<HostResources, DiscoverError> {
+    let mut out = HostResources::default();
+    device_nodes(roots, want, &mut out)?;
+    let mut resolver = Resolver::new(&roots.driver);
+    libraries(roots, want, &mut resolver, &mut out)?;
+    for entry in active(want.capabilities) {
+        for name in entry.binaries {
+            binary(name, entry.capability, &mut resolver, &mut out)?;
+        }
+        for path in entry.configs {
+            // Loader configs are extras: absent ones are noted, never required.
+            optional_file(
+                path,
+                FileKind::Config,
+                entry.capability,
+                &mut resolver,
+                &mut out,
+            )?;
+        }
+    }
+    for entry in active(want.capabilities) {
+        ipc(entry.ipc, entry.capability, &mut resolver, &mut out)?;
+    }
+    firmware(want.driver_version, &mut resolver, &mut out)?;
+    Ok(out)
+}
+
+fn active(caps: DriverCapabilities) -> impl Iterator<Item = &'static table::CapabilityFiles> {
+    TABLE.iter().filter(move |e| caps.contains(e.capability))
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DiscoverError + '_ {
+    move |source| DiscoverError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+// ---- device nodes ----
+
+fn device_nodes(
+    roots: &Roots,
+    want: Want<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    node(roots, CONTROL_NODE, "the driver", true, out)?;
+    for entry in active(want.capabilities) {
+        for path in entry.device_nodes {
+            node(roots, path, entry.capability.name(), false, out)?;
+        }
+    }
+    let mut minors: Vec<(u32, String)> = want
+        .selection
+        .gpus
+        .iter()
+        .map(|g| (g.minor, format!("GPU {}", g.index)))
+        .chain(want.selection.mig_devices.iter().map(|m| {
+            (
+                m.parent.minor,
+                format!("MIG device {}:{}", m.parent.index, m.index),
+            )
+        }))
+        .collect();
+    minors.sort_by_key(|(minor, _)| *minor);
+    minors.dedup_by_key(|(minor, _)| *minor);
+    for (minor, why) in minors {
+        node(roots, &format!("/dev/nvidia{minor}"), &why, true, out)?;
+    }
+    if !want.selection.mig_devices.is_empty() {
+        mig_caps(roots, want.selection, out)?;
+    }
+    Ok(())
+}
+
+fn node(
+    roots: &Roots,
+    path: &str,
+    needed_for: &str,
+    required: bool,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let host = roots.dev.join(path.trim_start_matches('/'));
+    let metadata = match fs::symlink_metadata(&host) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            out.missing.push(Missing {
+                what: path.to_string(),
+                needed_for: needed_for.to_string(),
+                required,
+                detail: None,
+            });
+            return Ok(());
+        }
+        Err(e) => return Err(io_err(&host)(e)),
+    };
+    if !metadata.file_type().is_char_device() {
+        out.missing.push(Missing {
+            what: path.to_string(),
+            needed_for: needed_for.to_string(),
+            required,
+            detail: Some(format!("{} is not a character device", host.display())),
+        });
+        return Ok(());
+    }
+    let rdev = metadata.rdev();
+    out.device_nodes.push(DeviceNode {
+        path: PathBuf::from(path),
+        host_path: host,
+        major: u64::from(nix::sys::stat::major(rdev) as u32),
+        minor: u64::from(nix::sys::stat::minor(rdev) as u32),
+        mode: metadata.permissions().mode() & 0o7777,
+        uid: metadata.uid(),
+        gid: metadata.gid(),
+    });
+    Ok(())
+}
+
+/// MIG devices need the capability nodes of their GPU instance and compute instance,
+/// whose minors the driver lists in `mig-minors` (`gpu<minor>/gi<G>/access <m>`).
+fn mig_caps(
+    roots: &Roots,
+    selection: &Selection,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let path = roots.proc.join(MIG_MINORS.trim_start_matches('/'));
+    let text = fs::read_to_string(&path).map_err(io_err(&path))?;
+    let table = parse_mig_minors(&text);
+    let mut caps = Vec::new();
+    for mig in &selection.mig_devices {
+        let gpu = mig.parent.minor;
+        let gi = format!("gpu{gpu}/gi{}/access", mig.gpu_instance_id);
+        let ci = format!(
+            "gpu{gpu}/gi{}/ci{}/access",
+            mig.gpu_instance_id, mig.compute_instance_id
+        );
+        for name in [gi, ci] {
+            let minor = table
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, m)| *m)
+                .ok_or_else(|| DiscoverError::Parse {
+                    path: path.clone(),
+                    reason: format!("no entry {name:?} for MIG device {}", mig.uuid),
+                })?;
+            caps.push((minor, mig.uuid.clone()));
+        }
+    }
+    caps.sort();
+    caps.dedup_by_key(|(minor, _)| *minor);
+    for (minor, uuid) in caps {
+        node(
+            roots,
+            &format!("{CAPS_DIR}/nvidia-cap{minor}"),
+            &format!("MIG device {uuid}"),
+            true,
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+/// `name minor` lines; malformed lines are ignored (the file is the driver's).
+pub fn parse_mig_minors(text: &str) -> Vec<(&str, u32)> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, minor) = line.split_once(' ')?;
+            Some((name, minor.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+// ---- libraries ----
+
+fn libraries(
+    roots: &Roots,
+    want: Want<'_>,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let cache_path = roots.driver.join("etc/ld.so.cache");
+    let cache = match fs::read(&cache_path) {
+        Ok(bytes) => {
+            let cache = ldcache::parse(&bytes).map_err(|source| DiscoverError::LdCache {
+                path: cache_path.clone(),
+                source,
+            })?;
+            if cache.skipped_not_utf8 > 0 {
+                tracing::debug!(
+                    path = %cache_path.display(),
+                    skipped = cache.skipped_not_utf8,
+                    "ld.so.cache entries with non-UTF-8 names left out"
+                );
+            }
+            Some(cache)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            tracing::debug!(path = %cache_path.display(), "no ld.so.cache; scanning the usual library directories");
+            None
+        }
+        Err(e) => return Err(io_err(&cache_path)(e)),
+    };
+    let mut classes = vec![Class::Lib64];
+    if want.capabilities.contains(Capability::Compat32) {
+        classes.push(Class::Lib32);
+    }
+    for class in classes {
+        for entry in active(want.capabilities) {
+            for stem in entry.libraries {
+                library(
+                    stem,
+                    class,
+                    entry.capability,
+                    want.driver_version,
+                    cache.as_ref(),
+                    resolver,
+                    out,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn library(
+    stem: &str,
+    class: Class,
+    capability: Capability,
+    version: &str,
+    cache: Option<&LdCache>,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let wanted = format!("{stem}.so.{version}");
+    let mut others = Vec::new();
+    let mut found = None;
+    let candidates: Vec<PathBuf> = match cache {
+        Some(cache) => cache
+            .entries
+            .iter()
+            .filter(|e| e.class() == class && is_stem_key(&e.key, stem))
+            .map(|e| PathBuf::from(&e.value))
+            .collect(),
+        None => {
+            let dirs = if class == Class::Lib32 {
+                LIBRARY_DIRS_32
+            } else {
+                LIBRARY_DIRS_64
+            };
+            dirs.iter().map(|d| Path::new(d).join(&wanted)).collect()
+        }
+    };
+    for candidate in candidates {
+        let Some(real) = resolver.resolve(&candidate).map_err(io_err(&candidate))? else {
+            continue;
+        };
+        let name = real
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        if name.as_deref() != Some(wanted.as_str()) || !real.metadata.is_file() {
+            others.push(real.path.display().to_string());
+            continue;
+        }
+        found = Some(real);
+        break;
+    }
+    let needed_for = match class {
+        Class::Lib32 => format!("{} (compat32)", capability.name()),
+        _ => capability.name().to_string(),
+    };
+    let Some(real) = found else {
+        out.missing.push(Missing {
+            what: stem.to_string(),
+            needed_for,
+            required: false,
+            detail: (!others.is_empty()).then(|| {
+                format!(
+                    "found only other versions than {version}: {}",
+                    others.join(", ")
+                )
+            }),
+        });
+        return Ok(());
+    };
+    let mut links: Vec<SymlinkEdit> = real.links.iter().map(symlink_edit).collect();
+    // The development link (`libcuda.so`) is not in the cache; pick it up when the
+    // host has it and it leads to the same file.
+    if let Some(dir) = real.path.parent() {
+        let dev = dir.join(format!("{stem}.so"));
+        if !links.iter().any(|l| l.path == dev)
+            && let Some(dev_real) = resolver.resolve(&dev).map_err(io_err(&dev))?
+            && dev_real.path == real.path
+            && let Some(first) = dev_real.links.first()
+        {
+            links.insert(0, symlink_edit(first));
+        }
+    }
+    push_file(out, FileKind::Library, real.path, resolver, links);
+    Ok(())
+}
+
+fn symlink_edit(link: &Link) -> SymlinkEdit {
+    SymlinkEdit {
+        path: link.path.clone(),
+        target: link.target.clone(),
+    }
+}
+
+/// `libcuda.so.1` and `libcuda.so` are keys for stem `libcuda`; `libcudadebugger.so.1`
+/// is not.
+fn is_stem_key(key: &str, stem: &str) -> bool {
+    key.strip_prefix(stem)
+        .and_then(|rest| rest.strip_prefix(".so"))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+fn push_file(
+    out: &mut HostResources,
+    kind: FileKind,
+    path: PathBuf,
+    resolver: &Resolver<'_>,
+    links: Vec<SymlinkEdit>,
+) {
+    if out.files.iter().any(|f| f.path == path) {
+        return;
+    }
+    out.files.push(HostFile {
+        kind,
+        host_path: resolver.host(&path),
+        path,
+        links,
+    });
+}
+
+// ---- binaries, configs, IPC, firmware ----
+
+fn binary(
+    name: &str,
+    capability: Capability,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    for dir in BINARY_DIRS {
+        let candidate = Path::new(dir).join(name);
+        if let Some(real) = resolver.resolve(&candidate).map_err(io_err(&candidate))?
+            && real.metadata.is_file()
+            && real.metadata.permissions().mode() & 0o111 != 0
+        {
+            // Mounted where it was found, so `/usr/bin/nvidia-smi` stays on PATH even
+            // when the host's copy is a link into `/opt`.
+            let links = real.links.iter().map(symlink_edit).collect();
+            push_file(out, FileKind::Binary, real.path, resolver, links);
+            return Ok(());
+        }
+    }
+    out.missing.push(Missing {
+        what: name.to_string(),
+        needed_for: capability.name().to_string(),
+        required: false,
+        detail: None,
+    });
+    Ok(())
+}
+
+fn optional_file(
+    path: &str,
+    kind: FileKind,
+    capability: Capability,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    match resolver
+        .resolve(Path::new(path))
+        .map_err(io_err(Path::new(path)))?
+    {
+        Some(real) if real.metadata.is_file() => {
+            push_file(out, kind, real.path, resolver, Vec::new())
+        }
+        _ => out.missing.push(Missing {
+            what: path.to_string(),
+            needed_for: capability.name().to_string(),
+            required: false,
+            detail: None,
+        }),
+    }
+    Ok(())
+}
+
+/// The first existing path of each daemon (`/run/...` or `/var/run/...`).
+fn ipc(
+    paths: &[&str],
+    capability: Capability,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let mut seen_daemon: Vec<&str> = Vec::new();
+    for path in paths {
+        let daemon = path.trim_start_matches("/var").trim_end_matches("/socket");
+        if seen_daemon.contains(&daemon) {
+            continue;
+        }
+        let Some(real) = resolver
+            .resolve(Path::new(path))
+            .map_err(io_err(Path::new(path)))?
+        else {
+            continue;
+        };
+        let kind = if real.metadata.file_type().is_socket() {
+            FileKind::Socket
+        } else if real.metadata.is_dir() {
+            FileKind::IpcDir
+        } else {
+            continue;
+        };
+        seen_daemon.push(daemon);
+        push_file(out, kind, real.path, resolver, Vec::new());
+    }
+    // Daemons that are not running are normal; note them for `nvshim list`.
+    for path in paths.iter().filter(|p| !p.starts_with("/var/")) {
+        let daemon = path.trim_end_matches("/socket");
+        if !seen_daemon.contains(&daemon) {
+            out.missing.push(Missing {
+                what: path.to_string(),
+                needed_for: capability.name().to_string(),
+                required: false,
+                detail: Some("daemon not running".into()),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn firmware(
+    version: &str,
+    resolver: &mut Resolver<'_>,
+    out: &mut HostResources,
+) -> Result<(), DiscoverError> {
+    let dir = PathBuf::from(FIRMWARE_DIR.replace("{version}", version));
+    let Some(real) = resolver.resolve(&dir).map_err(io_err(&dir))? else {
+        out.missing.push(Missing {
+            what: dir.display().to_string(),
+            needed_for: "GSP firmware".into(),
+            required: false,
+            detail: None,
+        });
+        return Ok(());
+    };
+    if !real.metadata.is_dir() {
+        return Ok(());
+    }
+    let host = resolver.host(&real.path);
+    let mut names: Vec<String> = fs::read_dir(&host)
+        .map_err(io_err(&host))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".bin"))
+        .collect();
+    names.sort();
+    for name in names {
+        let path = real.path.join(&name);
+        if let Some(file) = resolver.resolve(&path).map_err(io_err(&path))?
+            && file.metadata.is_file()
+        {
+            push_file(out, FileKind::Firmware, file.path, resolver, Vec::new());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_keys_match_their_stem_only() {
+        let cases = [
+            ("libcuda.so.1", "libcuda", true),
+            ("libcuda.so", "libcuda", true),
+            ("libcudadebugger.so.1", "libcuda", false),
+            ("libnvidia-nvvm70.so.4", "libnvidia-nvvm", false),
+            ("libnvidia-nvvm.so.4", "libnvidia-nvvm", true),
+            ("libcuda.sox", "libcuda", false),
+        ];
+        for (key, stem, want) in cases {
+            assert_eq!(is_stem_key(key, stem), want, "case {key} / {stem}");
+        }
+    }
+
+    #[test]
+    fn mig_minors_parse() {
+        let text = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\nbroken\n";
+        let parsed = parse_mig_minors(text);
+        assert_eq!(
+            parsed,
+            [
+                ("config", 1),
+                ("monitor", 2),
+                ("gpu0/gi1/access", 12),
+                ("gpu0/gi1/ci0/access", 13)
+            ]
+        );
+    }
+}
