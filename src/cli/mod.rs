@@ -1,0 +1,98 @@
+//! The `nvshim` admin CLI: argument structs (clap) kept apart from the work, one file
+//! per subcommand. Output goes to the writer the binary passes in; errors go back
+//! as values for the binary to print.
+
+pub mod info;
+pub mod list;
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::inventory::{Backend, Source};
+use crate::roots::Roots;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nvshim",
+    version,
+    about = "NVIDIA GPUs in containers: node inspection and setup"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub host: HostArgs,
+    /// Log at debug level on stderr.
+    #[arg(long, short = 'd', global = true, env = "NVSHIM_DEBUG")]
+    pub debug: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the driver lives and how to ask it.
+#[derive(Debug, Clone, Args)]
+pub struct HostArgs {
+    /// Root of the driver's files (a driver container mounts it at /run/nvidia/driver).
+    #[arg(long, global = true, default_value = "/", env = "NVIDIA_DRIVER_ROOT")]
+    pub driver_root: PathBuf,
+    /// Root under which dev/nvidia* live.
+    #[arg(long, global = true, default_value = "/", env = "NVIDIA_DEV_ROOT")]
+    pub dev_root: PathBuf,
+    /// Root under which proc/driver/nvidia lives.
+    #[arg(long, global = true, default_value = "/")]
+    pub proc_root: PathBuf,
+    /// Where GPU information comes from: procfs (fast, no library loaded), nvml, or
+    /// auto (list: procfs unless MIG devices are involved; info: nvml, else procfs).
+    #[arg(long, global = true, default_value = "auto")]
+    pub backend: Backend,
+    /// The NVML library to load, instead of the driver root's ld.so.cache entry.
+    #[arg(long, global = true)]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+impl HostArgs {
+    pub fn roots(&self) -> Roots {
+        Roots {
+            driver: self.driver_root.clone(),
+            dev: self.dev_root.clone(),
+            proc: self.proc_root.clone(),
+        }
+    }
+
+    pub fn source(&self) -> Source {
+        Source {
+            backend: self.backend,
+            nvml_library: self.nvml_lib.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the driver and every GPU (index, minor, UUID, bus id, name, memory, compute capability, MIG).
+    Info(info::InfoArgs),
+    /// Show the exact device nodes, mounts and hooks a container would get.
+    List(list::ListArgs),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Inventory(#[from] crate::inventory::InventoryError),
+    #[error(transparent)]
+    Pipeline(#[from] crate::pipeline::PipelineError),
+    #[error(transparent)]
+    Request(#[from] crate::request::RequestError),
+    #[error("cannot write output: {0}")]
+    Output(#[from] io::Error),
+    #[error("cannot encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Runs one command, writing its output to `out`.
+pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
+    match &cli.command {
+        Command::Info(args) => info::run(&cli.host, args, out),
+        Command::List(args) => list::run(&cli.host, args, out),
+    }
+}

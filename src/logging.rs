@@ -1,0 +1,75 @@
+//! tracing-subscriber setup shared by every binary: stderr, plus an optional log file.
+//!
+//! Synchronous writers only: the runtime `exec`s runc, so buffered or background
+//! writers would lose events, and a writer thread would break `setns` in the hook.
+//! The log file is opened `O_APPEND | O_CLOEXEC` and each event is one `write`, so
+//! parallel processes do not interleave lines. The library never calls this.
+
+use std::fs::OpenOptions;
+use std::io::IsTerminal;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, fmt};
+
+/// How a binary wants to log.
+#[derive(Debug, Clone, Default)]
+pub struct LogSettings {
+    /// `debug` on stderr instead of `warn` (`RUST_LOG` overrides either).
+    pub debug: bool,
+    /// Also append events at `debug` and above to this file.
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    #[error("cannot open log file {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("a logger is already installed: {0}")]
+    AlreadySet(String),
+}
+
+/// Installs the global subscriber.
+pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
+    let default = if settings.debug { "debug" } else { "warn" };
+    let stderr_filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let stderr = fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .with_filter(stderr_filter);
+    let file = match &settings.file {
+        Some(path) => {
+            let handle = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(path)
+                .map_err(|source| LoggingError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(
+                fmt::layer()
+                    .with_writer(Arc::new(handle))
+                    .with_ansi(false)
+                    .with_filter(EnvFilter::new("debug")),
+            )
+        }
+        None => None,
+    };
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
+        .try_init()
+        .map_err(|e| LoggingError::AlreadySet(e.to_string()))
+}
