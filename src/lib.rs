@@ -12,7 +12,9 @@
 //! select                             request × inventory → Selection
 //! discover                           Selection + capabilities → HostResources (files, nodes)
 //! edits                              HostResources → ContainerEdits (pure, stable order)
+//! inject                             ContainerEdits → an OCI spec (JSON), the only spec writer
 //! pipeline                           plan(): the one path through all of the above
+//! runtime                            the runc shim: argv, low-level runtime, exec
 //! logging, cli                       front-end plumbing
 //! ```
 
@@ -32,7 +34,11 @@ pub mod discover;
 
 pub mod edits;
 
+pub mod inject;
+
 pub mod pipeline;
+
+pub mod runtime;
 
 pub mod cli;
 pub mod logging;
