@@ -16,11 +16,14 @@ use std::process::Command;
 
 use nvshim::inventory::{self, DriverInfo, Gpu, Inventory, MigDevice};
 use nvshim::ldcache::{self, Entry};
-use nvshim::nvml::{EVENT_TYPE_XID_CRITICAL_ERROR, INSTANCE_ID_NONE, Nvml, NvmlError, Return};
+use nvshim::nvml::{
+    Device, EVENT_TYPE_XID_CRITICAL_ERROR, INSTANCE_ID_NONE, Nvml, NvmlError, Return,
+};
 use nvshim::roots::Roots;
 use serde_json::{Value, json};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type Error = Box<dyn std::error::Error>;
+type TestResult = Result<(), Error>;
 
 /// Set in a child to the name of the test it runs.
 const CHILD_ENV: &str = "NVSHIM_NVML_MOCK_TEST";
@@ -75,9 +78,14 @@ fn standard_config(node: &Node) -> Value {
     })
 }
 
+/// This test binary, which the parent re-runs as the child.
+fn test_binary() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the test binary: {e}"))
+}
+
 /// The mock, next to this test binary's `deps/` directory.
 fn mock_library() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the test binary: {e}"))?;
+    let exe = test_binary()?;
     let profile_dir = exe.parent().and_then(Path::parent).ok_or_else(|| {
         format!(
             "test binary {} is not in <target>/<profile>/deps",
@@ -103,21 +111,57 @@ fn child(test: &str) -> Option<PathBuf> {
     std::env::var_os(DIR_ENV).map(PathBuf::from)
 }
 
-/// A scratch node: `config.json`, `dev/nvidia<minor>` (plain files; the mock only checks
-/// that they exist), `calls.log`.
+/// The shape of most tests here. In the child for `test`: runs `checks` with the node's
+/// directory. Otherwise: runs that child on the node that `node` builds.
+fn in_child(
+    test: &str,
+    node: impl FnOnce() -> Result<Node, Error>,
+    checks: impl FnOnce(&Path) -> TestResult,
+) -> TestResult {
+    if let Some(dir) = child(test) {
+        return checks(&dir);
+    }
+    node()?.run_child(test, &[])?;
+    Ok(())
+}
+
+/// [`in_child`] for the tests that only check the mock through `nvshim::nvml`: the child
+/// loads it and hands it to `checks`.
+fn check_mock(
+    test: &str,
+    node: impl FnOnce() -> Result<Node, Error>,
+    checks: impl FnOnce(&Nvml, &Path) -> TestResult,
+) -> TestResult {
+    in_child(test, node, |dir| checks(&load_mock()?, dir))
+}
+
+/// Creates `<dir>/nvidia<minor>` for each of `minors`: plain files, as the mock only checks
+/// that they exist.
+fn write_device_nodes(dir: &Path, minors: &[u32]) -> std::io::Result<()> {
+    minors
+        .iter()
+        .try_for_each(|minor| std::fs::write(dir.join(format!("nvidia{minor}")), ""))
+}
+
+/// A scratch node: `config.json`, `dev/nvidia<minor>`, `calls.log`.
 struct Node {
     dir: tempfile::TempDir,
 }
 
 impl Node {
-    fn new(minors: &[u32]) -> Result<Node, Box<dyn std::error::Error>> {
+    fn new(minors: &[u32]) -> Result<Node, Error> {
         let node = Node {
             dir: tempfile::tempdir()?,
         };
         std::fs::create_dir(node.dev())?;
-        for minor in minors {
-            std::fs::write(node.dev().join(format!("nvidia{minor}")), "")?;
-        }
+        write_device_nodes(&node.dev(), minors)?;
+        Ok(node)
+    }
+
+    /// All three GPUs' device nodes and the standard config.
+    fn standard() -> Result<Node, Error> {
+        let node = Node::new(&[0, 1, 2])?;
+        node.write_config(&standard_config(&node))?;
         Ok(node)
     }
 
@@ -137,9 +181,7 @@ impl Node {
     /// Runs `test` in a child with this node's env plus `env` (`None` removes a variable)
     /// and fails with the child's output unless its one test passed.
     fn run_child(&self, test: &str, env: &[(&str, Option<&OsStr>)]) -> Result<String, ChildFailed> {
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find the test binary: {e}"))?;
-        let mut command = Command::new(exe);
+        let mut command = Command::new(test_binary().map_err(ChildFailed)?);
         command
             .args([test, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, test)
@@ -171,6 +213,8 @@ impl Node {
 
 /// A child's failure, with its output; `Debug` prints it as is, so a failed test's report
 /// (which uses `Debug`) shows the child's panic message readably.
+#[derive(thiserror::Error)]
+#[error("{0}")]
 struct ChildFailed(String);
 
 impl std::fmt::Debug for ChildFailed {
@@ -179,21 +223,7 @@ impl std::fmt::Debug for ChildFailed {
     }
 }
 
-impl std::fmt::Display for ChildFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ChildFailed {}
-
-impl From<String> for ChildFailed {
-    fn from(message: String) -> Self {
-        ChildFailed(message)
-    }
-}
-
-fn load_mock() -> Result<Nvml, Box<dyn std::error::Error>> {
+fn load_mock() -> Result<Nvml, Error> {
     Ok(Nvml::load(&mock_library()?)?)
 }
 
@@ -211,45 +241,41 @@ fn call_failure<T: std::fmt::Debug>(
     }
 }
 
+/// The code of a failed call; see [`call_failure`].
+fn failure_code<T: std::fmt::Debug>(result: Result<T, NvmlError>) -> Result<Return, String> {
+    Ok(call_failure(result)?.1)
+}
+
+/// Roots with `driver` as the driver root.
+fn driver_roots(driver: &Path) -> Roots {
+    Roots {
+        driver: driver.to_path_buf(),
+        ..Roots::default()
+    }
+}
+
 #[test]
 fn gpus_enumerate_in_pci_order() -> TestResult {
-    const TEST: &str = "gpus_enumerate_in_pci_order";
-    if child(TEST).is_some() {
-        let nvml = load_mock()?;
+    check_mock("gpus_enumerate_in_pci_order", Node::standard, |nvml, _| {
         assert_eq!(nvml.driver_version()?, DRIVER_VERSION);
         assert_eq!(nvml.cuda_driver_version()?, 12040);
         assert_eq!(nvml.device_count()?, 3);
-        // (uuid, NVML bus id, (domain, bus, device), minor, name, memory, capability)
+        // ((uuid, NVML bus id, (domain, bus, device), minor), (name, memory, capability))
         let want = [
             (
-                UUID_07,
-                "00000000:07:00.0",
-                (0, 0x07, 0),
-                1,
-                A100,
-                (80 * GIB, 79 * GIB, GIB),
-                (8, 0),
+                (UUID_07, "00000000:07:00.0", (0, 0x07, 0), 1),
+                (A100, (80 * GIB, 79 * GIB, GIB), (8, 0)),
             ),
             (
-                UUID_0A,
-                "00000000:0A:00.0",
-                (0, 0x0a, 0),
-                2,
-                T4,
-                (16 * GIB, 16 * GIB, 0),
-                (7, 5),
+                (UUID_0A, "00000000:0A:00.0", (0, 0x0a, 0), 2),
+                (T4, (16 * GIB, 16 * GIB, 0), (7, 5)),
             ),
             (
-                UUID_B1,
-                "00000000:B1:00.0",
-                (0, 0xb1, 0),
-                0,
-                A100,
-                (80 * GIB, 80 * GIB, 0),
-                (8, 0),
+                (UUID_B1, "00000000:B1:00.0", (0, 0xb1, 0), 0),
+                (A100, (80 * GIB, 80 * GIB, 0), (8, 0)),
             ),
         ];
-        for (index, (uuid, bus_id, (domain, bus, device), minor, name, memory, cc)) in
+        for (index, ((uuid, bus_id, location, minor), (name, memory, cc))) in
             want.into_iter().enumerate()
         {
             let case = format!("GPU {index} ({uuid})");
@@ -257,11 +283,7 @@ fn gpus_enumerate_in_pci_order() -> TestResult {
             assert_eq!(gpu.uuid()?, uuid, "case {case}");
             let pci = gpu.pci_info()?;
             assert_eq!(pci.bus_id, bus_id, "case {case}");
-            assert_eq!(
-                (pci.domain, pci.bus, pci.device),
-                (domain, bus, device),
-                "case {case}"
-            );
+            assert_eq!((pci.domain, pci.bus, pci.device), location, "case {case}");
             assert_eq!(pci.pci_device_id & 0xffff, 0x10de, "case {case}: vendor id");
             assert_eq!(gpu.minor_number()?, minor, "case {case}");
             assert_eq!(gpu.name()?, name, "case {case}");
@@ -270,12 +292,8 @@ fn gpus_enumerate_in_pci_order() -> TestResult {
             assert_eq!(gpu.cuda_compute_capability()?, cc, "case {case}");
             assert!(!gpu.is_mig_device()?, "case {case}");
         }
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
@@ -294,8 +312,8 @@ fn gpus_without_a_device_node_are_hidden() -> TestResult {
             .iter()
             .filter(|u| !want.contains(u))
         {
-            let failure = call_failure(nvml.device_by_uuid(hidden))?;
-            assert_eq!(failure.1, Return::NotFound, "hidden {hidden}");
+            let code = failure_code(nvml.device_by_uuid(hidden))?;
+            assert_eq!(code, Return::NotFound, "hidden {hidden}");
         }
         return Ok(());
     }
@@ -312,9 +330,7 @@ fn gpus_without_a_device_node_are_hidden() -> TestResult {
         node.write_config(&standard_config(&node))?;
         let env_dev = node.path("other-dev");
         std::fs::create_dir(&env_dev)?;
-        for minor in env_minors.unwrap_or_default() {
-            std::fs::write(env_dev.join(format!("nvidia{minor}")), "")?;
-        }
+        write_device_nodes(&env_dev, env_minors.unwrap_or_default())?;
         let visible = visible.join(",");
         let mut env = vec![(CASE_ENV, Some(OsStr::new(&visible)))];
         if env_minors.is_some() {
@@ -328,9 +344,7 @@ fn gpus_without_a_device_node_are_hidden() -> TestResult {
 
 #[test]
 fn mig_devices_enumerate() -> TestResult {
-    const TEST: &str = "mig_devices_enumerate";
-    if child(TEST).is_some() {
-        let nvml = load_mock()?;
+    check_mock("mig_devices_enumerate", Node::standard, |nvml, _| {
         let a100_mig = nvml.device_by_uuid(UUID_B1)?;
         let a100 = nvml.device_by_uuid(UUID_07)?;
         let t4 = nvml.device_by_uuid(UUID_0A)?;
@@ -373,60 +387,43 @@ fn mig_devices_enumerate() -> TestResult {
             assert_eq!(mig.pci_info()?.bus_id, "00000000:B1:00.0", "case {case}");
         }
 
-        // (case, result code)
+        let slot = |device: Device, slot| failure_code(device.mig_device_by_index(slot));
+        // (case, result code, want)
         let failures = [
-            (
-                "empty slot",
-                call_failure(a100_mig.mig_device_by_index(2))?.1,
-                Return::NotFound,
-            ),
+            ("empty slot", slot(a100_mig, 2)?, Return::NotFound),
             (
                 "slot past the maximum",
-                call_failure(a100_mig.mig_device_by_index(7))?.1,
+                slot(a100_mig, 7)?,
                 Return::InvalidArgument,
             ),
-            (
-                "MIG off",
-                call_failure(a100.mig_device_by_index(0))?.1,
-                Return::InvalidArgument,
-            ),
-            (
-                "no MIG support",
-                call_failure(t4.mig_device_by_index(0))?.1,
-                Return::NotSupported,
-            ),
+            ("MIG off", slot(a100, 0)?, Return::InvalidArgument),
+            ("no MIG support", slot(t4, 0)?, Return::NotSupported),
             (
                 "GPU instance id of a GPU",
-                call_failure(a100.gpu_instance_id())?.1,
+                failure_code(a100.gpu_instance_id())?,
                 Return::NotSupported,
             ),
             (
                 "compute instance id of a GPU",
-                call_failure(a100.compute_instance_id())?.1,
+                failure_code(a100.compute_instance_id())?,
                 Return::NotSupported,
             ),
             (
                 "parent of a GPU",
-                call_failure(a100.parent())?.1,
+                failure_code(a100.parent())?,
                 Return::InvalidArgument,
             ),
         ];
         for (case, got, want) in failures {
             assert_eq!(got, want, "case {case}");
         }
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
 fn devices_are_found_by_uuid() -> TestResult {
-    const TEST: &str = "devices_are_found_by_uuid";
-    if child(TEST).is_some() {
-        let nvml = load_mock()?;
+    check_mock("devices_are_found_by_uuid", Node::standard, |nvml, _| {
         // (case, uuid, Ok(is MIG) or the error code)
         let cases = [
             ("GPU", UUID_0A, Ok(false)),
@@ -448,19 +445,13 @@ fn devices_are_found_by_uuid() -> TestResult {
                 (got, want) => panic!("case {case}: got {got:?}, want {want:?}"),
             }
         }
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
 fn call_errors_carry_nvml_text() -> TestResult {
-    const TEST: &str = "call_errors_carry_nvml_text";
-    if child(TEST).is_some() {
-        let nvml = load_mock()?;
+    check_mock("call_errors_carry_nvml_text", Node::standard, |nvml, _| {
         let t4 = nvml.device_by_uuid(UUID_0A)?;
         let cases = [
             (
@@ -498,12 +489,8 @@ fn call_errors_carry_nvml_text() -> TestResult {
             error.to_string(),
             "nvmlDeviceGetHandleByIndex_v2 failed: Invalid Argument (NVML_ERROR_INVALID_ARGUMENT)"
         );
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
@@ -586,14 +573,12 @@ fn missing_or_wrong_libraries_are_errors_naming_them() {
         ("not NVML", "libc.so.6", "has no function nvmlInit_v2"),
     ];
     for (case, library, want) in cases {
-        match Nvml::load(Path::new(library)) {
+        let error = match Nvml::load(Path::new(library)) {
             Ok(nvml) => panic!("case {case}: loading {library} succeeded: {nvml:?}"),
-            Err(error) => {
-                let message = error.to_string();
-                assert!(message.contains(library), "case {case}: {message}");
-                assert!(message.contains(want), "case {case}: {message}");
-            }
-        }
+            Err(error) => error.to_string(),
+        };
+        assert!(error.contains(library), "case {case}: {error}");
+        assert!(error.contains(want), "case {case}: {error}");
     }
     let error = inventory::nvml::load(
         &Roots::default(),
@@ -611,9 +596,20 @@ fn missing_or_wrong_libraries_are_errors_naming_them() {
 
 #[test]
 fn xid_events_are_delivered() -> TestResult {
-    const TEST: &str = "xid_events_are_delivered";
-    if let Some(dir) = child(TEST) {
-        let nvml = load_mock()?;
+    let node = || {
+        let node = Node::new(&[0, 1, 2])?;
+        let event_file = node.path("xid-events");
+        std::fs::write(&event_file, "")?;
+        let mut config = standard_config(&node);
+        config["xid_events"] = json!([
+            { "gpu_uuid": UUID_07, "xid": 79, "delay_ms": 0 },
+            { "gpu_uuid": UUID_0A, "xid": 43, "delay_ms": 0 },
+        ]);
+        config["event_file"] = json!(event_file);
+        node.write_config(&config)?;
+        Ok(node)
+    };
+    check_mock("xid_events_are_delivered", node, |nvml, dir| {
         let a100 = nvml.device_by_uuid(UUID_07)?;
         let a100_mig = nvml.device_by_uuid(UUID_B1)?;
         assert_ne!(
@@ -634,86 +630,57 @@ fn xid_events_are_delivered() -> TestResult {
             "case register a MIG device"
         );
 
-        let mut got = Vec::new();
-        // (GPU uuid, type, data, GPU instance, compute instance) of the next event.
-        type Seen = Option<(String, u64, u64, u32, u32)>;
-        let next = |case: &str| -> Result<Seen, Box<dyn std::error::Error>> {
-            let timeout = if case.starts_with("nothing") {
-                50
-            } else {
-                5_000
-            };
-            Ok(match events.wait(timeout)? {
-                None => None,
-                Some(e) => Some((
-                    e.device.uuid()?,
-                    e.event_type,
-                    e.event_data,
-                    e.gpu_instance_id,
-                    e.compute_instance_id,
-                )),
-            })
+        // The XID event each case waits for, as (GPU uuid, XID, GPU instance, compute
+        // instance), or None for none.
+        type Want<'a> = Option<(&'a str, u64, u32, u32)>;
+        let expect = |cases: &[(&str, Want)]| -> TestResult {
+            for &(case, want) in cases {
+                let timeout = if case.starts_with("nothing") {
+                    50
+                } else {
+                    5_000
+                };
+                let got = match events.wait(timeout)? {
+                    None => None,
+                    Some(e) => Some((
+                        e.device.uuid()?,
+                        e.event_type,
+                        e.event_data,
+                        e.gpu_instance_id,
+                        e.compute_instance_id,
+                    )),
+                };
+                let xid = EVENT_TYPE_XID_CRITICAL_ERROR;
+                let want = want.map(|(uuid, data, gi, ci)| (uuid.to_string(), xid, data, gi, ci));
+                assert_eq!(got, want, "case {case}");
+            }
+            Ok(())
         };
-        got.push(("configured xid", next("configured xid")?));
-        got.push(("nothing due", next("nothing due")?));
+        let none = INSTANCE_ID_NONE;
+        expect(&[
+            ("configured xid", Some((UUID_07, 79, none, none))),
+            ("nothing due", None),
+        ])?;
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(dir.join("xid-events"))?;
         file.write_all(format!("{UUID_07} 48\n{MIG_B1_2} 31\n{UUID_0A} 13\n").as_bytes())?;
-        got.push(("appended GPU line", next("appended GPU line")?));
-        got.push(("appended MIG line", next("appended MIG line")?));
-        got.push((
-            "nothing for the unregistered GPU",
-            next("nothing for the unregistered GPU")?,
-        ));
-
-        let xid = EVENT_TYPE_XID_CRITICAL_ERROR;
-        let none = INSTANCE_ID_NONE;
-        let want = [
-            (
-                "configured xid",
-                Some((UUID_07.to_string(), xid, 79, none, none)),
-            ),
-            ("nothing due", None),
-            (
-                "appended GPU line",
-                Some((UUID_07.to_string(), xid, 48, none, none)),
-            ),
-            (
-                "appended MIG line",
-                Some((UUID_B1.to_string(), xid, 31, 2, 0)),
-            ),
+        expect(&[
+            ("appended GPU line", Some((UUID_07, 48, none, none))),
+            ("appended MIG line", Some((UUID_B1, 31, 2, 0))),
             ("nothing for the unregistered GPU", None),
-        ];
-        for ((case, got), (_, want)) in got.into_iter().zip(want) {
-            assert_eq!(got, want, "case {case}");
-        }
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    let event_file = node.path("xid-events");
-    std::fs::write(&event_file, "")?;
-    let mut config = standard_config(&node);
-    config["xid_events"] = json!([
-        { "gpu_uuid": UUID_07, "xid": 79, "delay_ms": 0 },
-        { "gpu_uuid": UUID_0A, "xid": 43, "delay_ms": 0 },
-    ]);
-    config["event_file"] = json!(event_file);
-    node.write_config(&config)?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        ])
+    })
 }
 
 #[test]
 fn the_call_log_records_loading_and_calls() -> TestResult {
     const TEST: &str = "the_call_log_records_loading_and_calls";
     if child(TEST).is_some() {
-        let nvml = load_mock()?;
-        assert_eq!(nvml.device_count()?, 3);
+        assert_eq!(load_mock()?.device_count()?, 3);
         return Ok(());
     }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
+    let node = Node::standard()?;
     node.run_child(TEST, &[])?;
     let log = std::fs::read_to_string(node.path("calls.log"))?;
     let lines: Vec<&str> = log.lines().collect();
@@ -733,16 +700,16 @@ fn the_call_log_records_loading_and_calls() -> TestResult {
 }
 
 fn expected_inventory() -> Inventory {
-    let a100 = |index, minor, uuid: &str, bus_id: &str, mig_enabled, mig_devices| Gpu {
+    let gpu = |index, minor, uuid: &str, bus_id: &str, name: &str, gib, cc: &str| Gpu {
         index,
         minor,
         uuid: uuid.to_string(),
         bus_id: bus_id.to_string(),
-        name: A100.to_string(),
-        memory_bytes: Some(80 * GIB),
-        compute_capability: Some("8.0".to_string()),
-        mig_enabled,
-        mig_devices,
+        name: name.to_string(),
+        memory_bytes: Some(gib * GIB),
+        compute_capability: Some(cc.to_string()),
+        mig_enabled: None,
+        mig_devices: vec![],
     };
     let mig = |index, gpu_instance_id, uuid: &str, gib, profile: &str| MigDevice {
         index,
@@ -758,66 +725,45 @@ fn expected_inventory() -> Inventory {
             cuda_version: Some("12.4".to_string()),
         },
         gpus: vec![
-            a100(0, 1, UUID_07, "0000:07:00.0", Some(false), vec![]),
             Gpu {
-                index: 1,
-                minor: 2,
-                uuid: UUID_0A.to_string(),
-                bus_id: "0000:0a:00.0".to_string(),
-                name: T4.to_string(),
-                memory_bytes: Some(16 * GIB),
-                compute_capability: Some("7.5".to_string()),
-                mig_enabled: None,
-                mig_devices: vec![],
+                mig_enabled: Some(false),
+                ..gpu(0, 1, UUID_07, "0000:07:00.0", A100, 80, "8.0")
             },
-            a100(
-                2,
-                0,
-                UUID_B1,
-                "0000:b1:00.0",
-                Some(true),
-                vec![
+            gpu(1, 2, UUID_0A, "0000:0a:00.0", T4, 16, "7.5"),
+            Gpu {
+                mig_enabled: Some(true),
+                mig_devices: vec![
                     mig(0, 1, MIG_B1_1, 10, "1g.10gb"),
                     mig(1, 2, MIG_B1_2, 20, "2g.20gb"),
                 ],
-            ),
+                ..gpu(2, 0, UUID_B1, "0000:b1:00.0", A100, 80, "8.0")
+            },
         ],
     }
 }
 
 #[test]
 fn the_nvml_inventory_matches_the_node() -> TestResult {
-    const TEST: &str = "the_nvml_inventory_matches_the_node";
-    if let Some(dir) = child(TEST) {
+    let node = || {
+        let node = Node::standard()?;
+        let lib_dir = node.path("driver/usr/lib/nvshim-test");
+        std::fs::create_dir_all(&lib_dir)?;
+        std::os::unix::fs::symlink(mock_library()?, lib_dir.join("libnvidia-ml.so.550.54.15"))?;
+        let real = "/usr/lib/nvshim-test/libnvidia-ml.so.550.54.15";
+        let cache = ld_cache(&[("libnvidia-ml.so.1", real, LIB64, 0)]);
+        write_ld_cache(&node.path("driver"), &cache)?;
+        Ok(node)
+    };
+    in_child("the_nvml_inventory_matches_the_node", node, |dir| {
         let library = mock_library()?;
         let want = expected_inventory();
         // Explicit library; then found through the driver root's ld.so.cache.
         let explicit = inventory::nvml::load(&Roots::default(), Some(&library))?;
         assert_eq!(explicit, want, "case explicit library");
-        let roots = Roots {
-            driver: dir.join("driver"),
-            ..Roots::default()
-        };
-        let through_cache = inventory::nvml::load(&roots, None)?;
+        let through_cache = inventory::nvml::load(&driver_roots(&dir.join("driver")), None)?;
         assert_eq!(through_cache, want, "case driver root ld.so.cache");
-        return Ok(());
-    }
-    let node = Node::new(&[0, 1, 2])?;
-    node.write_config(&standard_config(&node))?;
-    let lib_dir = node.path("driver/usr/lib/nvshim-test");
-    std::fs::create_dir_all(&lib_dir)?;
-    std::os::unix::fs::symlink(mock_library()?, lib_dir.join("libnvidia-ml.so.550.54.15"))?;
-    write_ld_cache(
-        &node.path("driver"),
-        &[(
-            "libnvidia-ml.so.1",
-            "/usr/lib/nvshim-test/libnvidia-ml.so.550.54.15",
-            LIB64,
-            0,
-        )],
-    )?;
-    node.run_child(TEST, &[])?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// This host's 64-bit glibc flags.
@@ -829,8 +775,8 @@ const LIB64: i32 = ldcache::FLAG_ELF_LIBC6 | ldcache::FLAG_X8664_LIB64;
 /// An `ld.so.cache` entry: `(key, value, flags, hwcap)`.
 type CacheEntry<'a> = (&'a str, &'a str, i32, u64);
 
-/// Writes `<root>/etc/ld.so.cache` holding `entries`.
-fn write_ld_cache(root: &Path, entries: &[CacheEntry]) -> TestResult {
+/// An `ld.so.cache` holding `entries`.
+fn ld_cache(entries: &[CacheEntry]) -> Vec<u8> {
     let entries: Vec<Entry> = entries
         .iter()
         .map(|&(key, value, flags, hwcap)| Entry {
@@ -840,8 +786,13 @@ fn write_ld_cache(root: &Path, entries: &[CacheEntry]) -> TestResult {
             hwcap,
         })
         .collect();
+    ldcache::write_new(&entries)
+}
+
+/// Writes `contents` to `<root>/etc/ld.so.cache`.
+fn write_ld_cache(root: &Path, contents: &[u8]) -> TestResult {
     std::fs::create_dir_all(root.join("etc"))?;
-    std::fs::write(root.join("etc/ld.so.cache"), ldcache::write_new(&entries))?;
+    std::fs::write(root.join("etc/ld.so.cache"), contents)?;
     Ok(())
 }
 
@@ -850,39 +801,49 @@ fn the_library_comes_from_the_driver_roots_ld_cache() -> TestResult {
     const SONAME: &str = "libnvidia-ml.so.1";
     const REAL: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15";
     let hwcaps = ldcache::HWCAP_EXTENSION;
-    // (case, cache entries or None for no cache, want: Some(path under the root) or None
-    // for the bare soname)
-    type Case<'a> = (&'a str, Option<&'a [CacheEntry<'a>]>, Option<&'a str>);
-    let cases: &[Case] = &[
+    // (case, cache file contents or None for no cache, want: Some(path under the root) or
+    // None for the bare soname)
+    type Case<'a> = (&'a str, Option<Vec<u8>>, Option<&'a str>);
+    let cases: [Case; 7] = [
         ("no cache", None, None),
         (
             "64-bit entry",
-            Some(&[(SONAME, REAL, LIB64, 0)]),
+            Some(ld_cache(&[(SONAME, REAL, LIB64, 0)])),
             Some(REAL),
         ),
         (
             "32-bit entry only",
-            Some(&[(
+            Some(ld_cache(&[(
                 SONAME,
                 "/usr/lib32/libnvidia-ml.so.1",
                 ldcache::FLAG_ELF_LIBC6,
                 0,
-            )]),
+            )])),
             None,
         ),
         (
             "other libraries only",
-            Some(&[("libcuda.so.1", "/usr/lib/libcuda.so.1", LIB64, 0)]),
+            Some(ld_cache(&[(
+                "libcuda.so.1",
+                "/usr/lib/libcuda.so.1",
+                LIB64,
+                0,
+            )])),
             None,
         ),
         (
             "entry climbing out",
-            Some(&[(SONAME, "/usr/../../etc/libnvidia-ml.so.1", LIB64, 0)]),
+            Some(ld_cache(&[(
+                SONAME,
+                "/usr/../../etc/libnvidia-ml.so.1",
+                LIB64,
+                0,
+            )])),
             None,
         ),
         (
             "hwcaps variant listed first",
-            Some(&[
+            Some(ld_cache(&[
                 (
                     SONAME,
                     "/usr/lib/glibc-hwcaps/x86-64-v3/libnvidia-ml.so.1",
@@ -890,37 +851,22 @@ fn the_library_comes_from_the_driver_roots_ld_cache() -> TestResult {
                     hwcaps,
                 ),
                 (SONAME, REAL, LIB64, 0),
-            ]),
+            ])),
             Some(REAL),
         ),
+        ("garbage cache", Some(b"not a cache".to_vec()), None),
     ];
-    for (case, entries, want) in cases {
+    for (case, cache, want) in cases {
         let root = tempfile::tempdir()?;
-        if let Some(entries) = entries {
-            write_ld_cache(root.path(), entries)?;
+        if let Some(cache) = cache {
+            write_ld_cache(root.path(), &cache)?;
         }
-        let roots = Roots {
-            driver: root.path().to_path_buf(),
-            ..Roots::default()
-        };
         let want = match want {
             Some(path) => root.path().join(path.trim_start_matches('/')),
             None => PathBuf::from(SONAME),
         };
-        assert_eq!(inventory::nvml::library_path(&roots), want, "case {case}");
+        let got = inventory::nvml::library_path(&driver_roots(root.path()));
+        assert_eq!(got, want, "case {case}");
     }
-
-    let root = tempfile::tempdir()?;
-    std::fs::create_dir_all(root.path().join("etc"))?;
-    std::fs::write(root.path().join("etc/ld.so.cache"), b"not a cache")?;
-    let roots = Roots {
-        driver: root.path().to_path_buf(),
-        ..Roots::default()
-    };
-    assert_eq!(
-        inventory::nvml::library_path(&roots),
-        PathBuf::from(SONAME),
-        "case garbage cache"
-    );
     Ok(())
 }

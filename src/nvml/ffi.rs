@@ -28,6 +28,7 @@ pub(super) const PCI_BUS_ID_SIZE: usize = 32;
 /// `nvmlPciInfo_t` as filled by `nvmlDeviceGetPciInfo_v3` (same layout as `_v2`).
 /// The `char` arrays are `u8` here: same size and alignment, easier to read back.
 #[repr(C)]
+#[derive(Default)]
 pub(super) struct PciInfo {
     pub bus_id_legacy: [u8; PCI_BUS_ID_LEGACY_SIZE],
     pub domain: c_uint,

@@ -13,8 +13,14 @@
 //!
 //! This module knows nothing of the inventory or the device plugin; it only turns C calls
 //! into `Result`s. It never panics and never prints.
+//!
+//! This file loads the library and holds its function table; `ffi` has the C types,
+//! `error` the return codes and [`NvmlError`], `device` and `events` the safe wrappers.
 #![allow(unsafe_code)]
 
+mod device;
+mod error;
+mod events;
 mod ffi;
 
 use std::ffi::{CStr, CString, c_char, c_uint};
@@ -23,162 +29,23 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use ffi::{RawDevice, RawEventSet, RawReturn};
+use ffi::{RawDevice, RawReturn};
 
-/// `nvmlEventTypeXidCriticalError`: the event the device plugin's health check watches.
-pub const EVENT_TYPE_XID_CRITICAL_ERROR: u64 = 0x8;
-
-/// What `gpuInstanceId` / `computeInstanceId` hold in an event that no MIG instance caused.
-pub const INSTANCE_ID_NONE: u32 = 0xFFFF_FFFF;
-
-/// `NVML_DEVICE_MIG_ENABLE`.
-const MIG_ENABLE: c_uint = 1;
-
-macro_rules! returns {
-    ($($(#[$doc:meta])* $variant:ident = $value:literal => $cname:literal,)*) => {
-        /// NVML's `nvmlReturn_t`, with the values of `nvml.h`.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Return {
-            $($(#[$doc])* $variant,)*
-            /// A code this crate does not know (a newer driver's).
-            Other(u32),
-        }
-
-        impl Return {
-            /// The typed code for a raw `nvmlReturn_t`.
-            pub fn from_raw(raw: u32) -> Return {
-                match raw {
-                    $($value => Return::$variant,)*
-                    other => Return::Other(other),
-                }
-            }
-
-            /// The raw `nvmlReturn_t` value.
-            pub fn raw(self) -> u32 {
-                match self {
-                    $(Return::$variant => $value,)*
-                    Return::Other(raw) => raw,
-                }
-            }
-
-            /// The C constant's name, e.g. `NVML_ERROR_NOT_FOUND`; `None` for [`Return::Other`].
-            pub fn c_name(self) -> Option<&'static str> {
-                match self {
-                    $(Return::$variant => Some($cname),)*
-                    Return::Other(_) => None,
-                }
-            }
-        }
-    };
-}
-
-returns! {
-    Success = 0 => "NVML_SUCCESS",
-    Uninitialized = 1 => "NVML_ERROR_UNINITIALIZED",
-    InvalidArgument = 2 => "NVML_ERROR_INVALID_ARGUMENT",
-    NotSupported = 3 => "NVML_ERROR_NOT_SUPPORTED",
-    NoPermission = 4 => "NVML_ERROR_NO_PERMISSION",
-    AlreadyInitialized = 5 => "NVML_ERROR_ALREADY_INITIALIZED",
-    NotFound = 6 => "NVML_ERROR_NOT_FOUND",
-    InsufficientSize = 7 => "NVML_ERROR_INSUFFICIENT_SIZE",
-    InsufficientPower = 8 => "NVML_ERROR_INSUFFICIENT_POWER",
-    DriverNotLoaded = 9 => "NVML_ERROR_DRIVER_NOT_LOADED",
-    Timeout = 10 => "NVML_ERROR_TIMEOUT",
-    IrqIssue = 11 => "NVML_ERROR_IRQ_ISSUE",
-    LibraryNotFound = 12 => "NVML_ERROR_LIBRARY_NOT_FOUND",
-    FunctionNotFound = 13 => "NVML_ERROR_FUNCTION_NOT_FOUND",
-    CorruptedInforom = 14 => "NVML_ERROR_CORRUPTED_INFOROM",
-    GpuIsLost = 15 => "NVML_ERROR_GPU_IS_LOST",
-    ResetRequired = 16 => "NVML_ERROR_RESET_REQUIRED",
-    OperatingSystem = 17 => "NVML_ERROR_OPERATING_SYSTEM",
-    LibRmVersionMismatch = 18 => "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
-    InUse = 19 => "NVML_ERROR_IN_USE",
-    Memory = 20 => "NVML_ERROR_MEMORY",
-    NoData = 21 => "NVML_ERROR_NO_DATA",
-    /// `NVML_ERROR_VGPU_ECC_NOT_SUPPORTED` in `nvml.h`.
-    VgpuEccNotSupported = 22 => "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
-    InsufficientResources = 23 => "NVML_ERROR_INSUFFICIENT_RESOURCES",
-    FreqNotSupported = 24 => "NVML_ERROR_FREQ_NOT_SUPPORTED",
-    ArgumentVersionMismatch = 25 => "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
-    Deprecated = 26 => "NVML_ERROR_DEPRECATED",
-    NotReady = 27 => "NVML_ERROR_NOT_READY",
-    GpuNotFound = 28 => "NVML_ERROR_GPU_NOT_FOUND",
-    InvalidState = 29 => "NVML_ERROR_INVALID_STATE",
-    Unknown = 999 => "NVML_ERROR_UNKNOWN",
-}
-
-impl fmt::Display for Return {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.c_name() {
-            Some(name) => f.write_str(name),
-            None => write!(f, "nvmlReturn_t {}", self.raw()),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum NvmlError {
-    /// `dlopen` failed: no such file, wrong architecture, unresolved dependencies.
-    #[error("cannot load the NVML library {}: {}", library.display(), dl_reason(source))]
-    Open {
-        library: PathBuf,
-        #[source]
-        source: libloading::Error,
-    },
-    /// The library lacks a function we need (an old driver, or not NVML at all).
-    #[error("the NVML library {} has no function {name} (driver too old, or not libnvidia-ml?)", library.display())]
-    SymbolMissing {
-        library: PathBuf,
-        name: &'static str,
-    },
-    /// An NVML call returned an error; `message` is NVML's own `nvmlErrorString` text.
-    #[error("{function} failed: {message} ({code})")]
-    Call {
-        function: &'static str,
-        code: Return,
-        message: String,
-    },
-    /// A UUID with an interior NUL cannot be passed to C.
-    #[error("invalid GPU UUID {uuid:?}: it contains a NUL byte")]
-    InvalidUuid { uuid: String },
-}
-
-impl NvmlError {
-    /// The NVML code of a failed call, `None` for load errors.
-    pub fn code(&self) -> Option<Return> {
-        match self {
-            NvmlError::Call { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-
-    /// True when the driver cannot answer this query on this device: the call returned
-    /// `NOT_SUPPORTED`, or the library predates the function.
-    pub fn is_not_supported(&self) -> bool {
-        matches!(
-            self,
-            NvmlError::SymbolMissing { .. }
-                | NvmlError::Call {
-                    code: Return::NotSupported | Return::FunctionNotFound,
-                    ..
-                }
-        )
-    }
-}
-
-/// libloading 0.9 keeps `dlerror()`'s text in the error's source; the message alone only
-/// says "dlopen failed".
-fn dl_reason(error: &libloading::Error) -> String {
-    match std::error::Error::source(error) {
-        Some(source) => format!("{error}: {source}"),
-        None => error.to_string(),
-    }
-}
+pub use device::{Device, MemoryInfo, PciInfo};
+pub use error::{NvmlError, Return};
+pub use events::{EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE};
 
 /// A resolved (or missing) function: the name found, or the preferred name when none was.
 struct Sym<F> {
     name: &'static str,
     f: Option<F>,
+}
+
+impl<F> Sym<F> {
+    /// The name, when the library lacks the function.
+    fn missing(&self) -> Option<&'static str> {
+        self.f.is_none().then_some(self.name)
+    }
 }
 
 /// The function table, copied out of the library at load. The pointers stay valid as long
@@ -288,20 +155,21 @@ impl Api {
     /// usable libnvidia-ml, so [`Nvml::load`] refuses it up front.
     fn first_missing_required(&self) -> Option<&'static str> {
         [
-            (self.init.name, self.init.f.is_some()),
-            (self.shutdown.name, self.shutdown.f.is_some()),
-            (self.error_string.name, self.error_string.f.is_some()),
-            (self.driver_version.name, self.driver_version.f.is_some()),
-            (self.device_count.name, self.device_count.f.is_some()),
-            (self.handle_by_index.name, self.handle_by_index.f.is_some()),
-            (self.uuid.name, self.uuid.f.is_some()),
-            (self.name.name, self.name.f.is_some()),
-            (self.minor_number.name, self.minor_number.f.is_some()),
-            (self.pci_info.name, self.pci_info.f.is_some()),
-            (self.memory_info.name, self.memory_info.f.is_some()),
+            self.init.missing(),
+            self.shutdown.missing(),
+            self.error_string.missing(),
+            self.driver_version.missing(),
+            self.device_count.missing(),
+            self.handle_by_index.missing(),
+            self.uuid.missing(),
+            self.name.missing(),
+            self.minor_number.missing(),
+            self.pci_info.missing(),
+            self.memory_info.missing(),
         ]
         .into_iter()
-        .find_map(|(name, present)| (!present).then_some(name))
+        .flatten()
+        .next()
     }
 
     /// Turns a return code into a `Result`, with NVML's description of the failure.
@@ -400,30 +268,21 @@ impl Nvml {
     /// `nvmlSystemGetDriverVersion`, e.g. `550.54.15`.
     pub fn driver_version(&self) -> Result<String, NvmlError> {
         let (f, name) = self.function(&self.api.driver_version)?;
-        let mut buffer = [0u8; ffi::DRIVER_VERSION_BUFFER_SIZE];
-        // SAFETY: `buffer` is writable for the length we pass.
-        let ret = unsafe { f(buffer.as_mut_ptr().cast::<c_char>(), buffer.len() as c_uint) };
-        self.check(name, ret)?;
-        Ok(c_string(&buffer))
+        self.string_out(name, ffi::DRIVER_VERSION_BUFFER_SIZE, |buffer, length| {
+            // SAFETY: `string_out` passes a buffer writable for the `length` it passes.
+            unsafe { f(buffer, length) }
+        })
     }
 
     /// `nvmlSystemGetCudaDriverVersion_v2`: the CUDA driver API version as NVML encodes it,
     /// `1000 * major + 10 * minor` (12040 for CUDA 12.4).
     pub fn cuda_driver_version(&self) -> Result<i32, NvmlError> {
-        let (f, name) = self.function(&self.api.cuda_driver_version)?;
-        let mut version = 0;
-        // SAFETY: `version` is a valid out-pointer to an int.
-        self.check(name, unsafe { f(&mut version) })?;
-        Ok(version)
+        self.out(&self.api.cuda_driver_version, 0)
     }
 
     /// `nvmlDeviceGetCount_v2`: the GPUs this process can see (MIG devices not counted).
     pub fn device_count(&self) -> Result<u32, NvmlError> {
-        let (f, name) = self.function(&self.api.device_count)?;
-        let mut count: c_uint = 0;
-        // SAFETY: `count` is a valid out-pointer to an unsigned int.
-        self.check(name, unsafe { f(&mut count) })?;
-        Ok(count)
+        self.out(&self.api.device_count, 0)
     }
 
     /// `nvmlDeviceGetHandleByIndex_v2`; indices are in PCI bus order.
@@ -451,10 +310,7 @@ impl Nvml {
 
     /// `nvmlEventSetCreate`: an empty set to register devices' events in.
     pub fn event_set(&self) -> Result<EventSet<'_>, NvmlError> {
-        let (f, name) = self.function(&self.api.event_set_create)?;
-        let mut handle: RawEventSet = std::ptr::null_mut();
-        // SAFETY: `handle` is a valid out-pointer for an nvmlEventSet_t.
-        self.check(name, unsafe { f(&mut handle) })?;
+        let handle = self.out(&self.api.event_set_create, std::ptr::null_mut())?;
         Ok(EventSet { nvml: self, handle })
     }
 
@@ -471,6 +327,35 @@ impl Nvml {
 
     fn check(&self, function: &'static str, ret: RawReturn) -> Result<(), NvmlError> {
         self.api.check(function, ret)
+    }
+
+    /// Calls a function shaped `(T *)` and returns what it wrote over `init`.
+    fn out<T>(
+        &self,
+        sym: &Sym<unsafe extern "C" fn(*mut T) -> RawReturn>,
+        init: T,
+    ) -> Result<T, NvmlError> {
+        let (f, name) = self.function(sym)?;
+        let mut value = init;
+        // SAFETY: `value` is a valid, initialised `T`, and `sym`'s type (nvml.h's signature,
+        // transcribed in `ffi`) says the function writes one `T` there.
+        self.check(name, unsafe { f(&mut value) })?;
+        Ok(value)
+    }
+
+    /// Has `fill` write a string into a zeroed `size`-byte buffer (given as pointer and
+    /// length, as NVML's string getters take it) and reads it back; `name` is the function
+    /// `fill` calls, for the error.
+    fn string_out(
+        &self,
+        name: &'static str,
+        size: usize,
+        fill: impl FnOnce(*mut c_char, c_uint) -> RawReturn,
+    ) -> Result<String, NvmlError> {
+        let mut buffer = vec![0u8; size];
+        let ret = fill(buffer.as_mut_ptr().cast::<c_char>(), buffer.len() as c_uint);
+        self.check(name, ret)?;
+        Ok(c_string(&buffer))
     }
 }
 
@@ -496,314 +381,9 @@ fn c_string(buffer: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A GPU or MIG device handle, valid while the [`Nvml`] it came from is alive.
-#[derive(Clone, Copy)]
-pub struct Device<'a> {
-    nvml: &'a Nvml,
-    handle: RawDevice,
-}
-
-// SAFETY: an nvmlDevice_t is an opaque token that NVML validates on every call, and NVML is
-// thread-safe, so a handle may be used from, and shared with, any thread while the library
-// is loaded; the `'a` borrow of `Nvml` keeps it loaded.
-unsafe impl Send for Device<'_> {}
-// SAFETY: as for Send: `Device` has no interior mutability; every use is an NVML call.
-unsafe impl Sync for Device<'_> {}
-
-impl fmt::Debug for Device<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Device").field(&self.handle).finish()
-    }
-}
-
-/// Two handles are equal when NVML gave the same handle (NVML hands out one per device).
-impl PartialEq for Device<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.handle == other.handle && std::ptr::eq(self.nvml, other.nvml)
-    }
-}
-impl Eq for Device<'_> {}
-
-/// `nvmlDeviceGetPciInfo_v3`, with the bus id as NVML writes it (`00000000:07:00.0`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciInfo {
-    pub bus_id: String,
-    pub domain: u32,
-    pub bus: u32,
-    pub device: u32,
-    /// Combined device id (high 16 bits) and vendor id (low 16 bits, `0x10de`).
-    pub pci_device_id: u32,
-    pub pci_subsystem_id: u32,
-}
-
-/// `nvmlDeviceGetMemoryInfo`, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryInfo {
-    pub total: u64,
-    pub free: u64,
-    pub used: u64,
-}
-
-impl<'a> Device<'a> {
-    /// `nvmlDeviceGetUUID`: `GPU-…` or `MIG-…`.
-    pub fn uuid(&self) -> Result<String, NvmlError> {
-        self.string(&self.nvml.api.uuid, ffi::UUID_BUFFER_SIZE)
-    }
-
-    /// `nvmlDeviceGetName`, e.g. `NVIDIA A100-SXM4-80GB`; MIG devices append ` MIG <profile>`.
-    pub fn name(&self) -> Result<String, NvmlError> {
-        self.string(&self.nvml.api.name, ffi::NAME_BUFFER_SIZE)
-    }
-
-    /// `nvmlDeviceGetMinorNumber`: the `N` of `/dev/nvidiaN`.
-    pub fn minor_number(&self) -> Result<u32, NvmlError> {
-        self.uint(&self.nvml.api.minor_number)
-    }
-
-    /// `nvmlDeviceGetPciInfo_v3`.
-    pub fn pci_info(&self) -> Result<PciInfo, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.pci_info)?;
-        let mut raw = ffi::PciInfo {
-            bus_id_legacy: [0; ffi::PCI_BUS_ID_LEGACY_SIZE],
-            domain: 0,
-            bus: 0,
-            device: 0,
-            pci_device_id: 0,
-            pci_subsystem_id: 0,
-            bus_id: [0; ffi::PCI_BUS_ID_SIZE],
-        };
-        // SAFETY: `raw` is a valid nvmlPciInfo_t (layout checked in `ffi`).
-        self.nvml.check(name, unsafe { f(self.handle, &mut raw) })?;
-        Ok(PciInfo {
-            bus_id: c_string(&raw.bus_id),
-            domain: raw.domain,
-            bus: raw.bus,
-            device: raw.device,
-            pci_device_id: raw.pci_device_id,
-            pci_subsystem_id: raw.pci_subsystem_id,
-        })
-    }
-
-    /// `nvmlDeviceGetMemoryInfo`.
-    pub fn memory_info(&self) -> Result<MemoryInfo, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.memory_info)?;
-        let mut raw = ffi::Memory::default();
-        // SAFETY: `raw` is a valid nvmlMemory_t.
-        self.nvml.check(name, unsafe { f(self.handle, &mut raw) })?;
-        Ok(MemoryInfo {
-            total: raw.total,
-            free: raw.free,
-            used: raw.used,
-        })
-    }
-
-    /// `nvmlDeviceGetCudaComputeCapability`: `(major, minor)`, e.g. `(8, 0)`.
-    pub fn cuda_compute_capability(&self) -> Result<(i32, i32), NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.compute_capability)?;
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: both are valid out-pointers to ints.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut major, &mut minor) })?;
-        Ok((major, minor))
-    }
-
-    /// `nvmlDeviceGetMigMode`: `(current, pending)`. `NOT_SUPPORTED` on GPUs without MIG.
-    pub fn mig_mode(&self) -> Result<(bool, bool), NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.mig_mode)?;
-        let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
-        // SAFETY: both are valid out-pointers to unsigned ints.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut current, &mut pending) })?;
-        Ok((current == MIG_ENABLE, pending == MIG_ENABLE))
-    }
-
-    /// `nvmlDeviceGetMaxMigDeviceCount`: how many MIG device slots to probe with
-    /// [`Device::mig_device_by_index`] (zero when MIG is off).
-    pub fn max_mig_device_count(&self) -> Result<u32, NvmlError> {
-        self.uint(&self.nvml.api.max_mig_device_count)
-    }
-
-    /// `nvmlDeviceGetMigDeviceHandleByIndex`: `NOT_FOUND` for an empty slot.
-    pub fn mig_device_by_index(&self, index: u32) -> Result<Device<'a>, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.mig_by_index)?;
-        let mut handle: RawDevice = std::ptr::null_mut();
-        // SAFETY: `handle` is a valid out-pointer for an nvmlDevice_t.
-        self.nvml
-            .check(name, unsafe { f(self.handle, index, &mut handle) })?;
-        Ok(Device {
-            nvml: self.nvml,
-            handle,
-        })
-    }
-
-    /// `nvmlDeviceIsMigDeviceHandle`.
-    pub fn is_mig_device(&self) -> Result<bool, NvmlError> {
-        Ok(self.uint(&self.nvml.api.is_mig_device)? != 0)
-    }
-
-    /// `nvmlDeviceGetGpuInstanceId` (MIG devices only).
-    pub fn gpu_instance_id(&self) -> Result<u32, NvmlError> {
-        self.uint(&self.nvml.api.gpu_instance_id)
-    }
-
-    /// `nvmlDeviceGetComputeInstanceId` (MIG devices only).
-    pub fn compute_instance_id(&self) -> Result<u32, NvmlError> {
-        self.uint(&self.nvml.api.compute_instance_id)
-    }
-
-    /// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`: the GPU a MIG device lives on.
-    pub fn parent(&self) -> Result<Device<'a>, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.parent)?;
-        let mut handle: RawDevice = std::ptr::null_mut();
-        // SAFETY: `handle` is a valid out-pointer for an nvmlDevice_t.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut handle) })?;
-        Ok(Device {
-            nvml: self.nvml,
-            handle,
-        })
-    }
-
-    /// `nvmlDeviceGetSupportedEventTypes`: a mask of `nvmlEventType*` bits.
-    pub fn supported_event_types(&self) -> Result<u64, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.supported_event_types)?;
-        let mut types = 0;
-        // SAFETY: `types` is a valid out-pointer to an unsigned long long.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut types) })?;
-        Ok(types)
-    }
-
-    fn uint(&self, sym: &Sym<ffi::DeviceUintFn>) -> Result<u32, NvmlError> {
-        let (f, name) = self.nvml.function(sym)?;
-        let mut value: c_uint = 0;
-        // SAFETY: every function of this type takes (nvmlDevice_t, unsigned int *).
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut value) })?;
-        Ok(value)
-    }
-
-    fn string(&self, sym: &Sym<ffi::DeviceStringFn>, size: usize) -> Result<String, NvmlError> {
-        let (f, name) = self.nvml.function(sym)?;
-        let mut buffer = vec![0u8; size];
-        // SAFETY: `buffer` is writable for the length we pass.
-        let ret = unsafe {
-            f(
-                self.handle,
-                buffer.as_mut_ptr().cast::<c_char>(),
-                buffer.len() as c_uint,
-            )
-        };
-        self.nvml.check(name, ret)?;
-        Ok(c_string(&buffer))
-    }
-}
-
-/// An NVML event set; freed when dropped.
-pub struct EventSet<'a> {
-    nvml: &'a Nvml,
-    handle: RawEventSet,
-}
-
-// SAFETY: an nvmlEventSet_t is an opaque token and NVML is thread-safe, so the set may be
-// moved to (and waited on from) another thread while the `'a` borrow keeps NVML loaded.
-unsafe impl Send for EventSet<'_> {}
-// SAFETY: as for Send; `EventSet` itself has no interior mutability.
-unsafe impl Sync for EventSet<'_> {}
-
-impl fmt::Debug for EventSet<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("EventSet").field(&self.handle).finish()
-    }
-}
-
-/// One event out of [`EventSet::wait`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Event<'a> {
-    /// The GPU the event happened on (the parent GPU for a MIG instance's event).
-    pub device: Device<'a>,
-    /// One `nvmlEventType*` bit, e.g. [`EVENT_TYPE_XID_CRITICAL_ERROR`].
-    pub event_type: u64,
-    /// For XID events, the XID (999 when the driver does not know it).
-    pub event_data: u64,
-    /// The MIG GPU instance the event is attributed to, or [`INSTANCE_ID_NONE`].
-    pub gpu_instance_id: u32,
-    /// The MIG compute instance the event is attributed to, or [`INSTANCE_ID_NONE`].
-    pub compute_instance_id: u32,
-}
-
-impl<'a> EventSet<'a> {
-    /// `nvmlDeviceRegisterEvents`: adds `event_types` of `device` to this set.
-    pub fn register(&self, device: &Device, event_types: u64) -> Result<(), NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.register_events)?;
-        // SAFETY: both handles came from this NVML; the call takes them by value.
-        let ret = unsafe { f(device.handle, event_types, self.handle) };
-        self.nvml.check(name, ret)
-    }
-
-    /// `nvmlEventSetWait_v2`: the next event, or `None` when none came within `timeout_ms`.
-    pub fn wait(&self, timeout_ms: u32) -> Result<Option<Event<'a>>, NvmlError> {
-        let (f, name) = self.nvml.function(&self.nvml.api.event_set_wait)?;
-        let mut data = ffi::EventData {
-            device: std::ptr::null_mut(),
-            event_type: 0,
-            event_data: 0,
-            gpu_instance_id: INSTANCE_ID_NONE,
-            compute_instance_id: INSTANCE_ID_NONE,
-        };
-        // SAFETY: `data` is a valid nvmlEventData_t (the v2 layout, a superset of v1's).
-        let ret = unsafe { f(self.handle, &mut data, timeout_ms) };
-        if Return::from_raw(ret) == Return::Timeout {
-            return Ok(None);
-        }
-        self.nvml.check(name, ret)?;
-        Ok(Some(Event {
-            device: Device {
-                nvml: self.nvml,
-                handle: data.device,
-            },
-            event_type: data.event_type,
-            event_data: data.event_data,
-            gpu_instance_id: data.gpu_instance_id,
-            compute_instance_id: data.compute_instance_id,
-        }))
-    }
-}
-
-impl Drop for EventSet<'_> {
-    fn drop(&mut self) {
-        if let Some(free) = self.nvml.api.event_set_free.f {
-            // SAFETY: the handle came from nvmlEventSetCreate and is freed exactly once.
-            let ret = unsafe { free(self.handle) };
-            if ret != 0 {
-                tracing::debug!(code = %Return::from_raw(ret), "nvmlEventSetFree failed");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn return_codes_round_trip() {
-        let cases = [
-            (0, Return::Success, "NVML_SUCCESS"),
-            (2, Return::InvalidArgument, "NVML_ERROR_INVALID_ARGUMENT"),
-            (9, Return::DriverNotLoaded, "NVML_ERROR_DRIVER_NOT_LOADED"),
-            (10, Return::Timeout, "NVML_ERROR_TIMEOUT"),
-            (29, Return::InvalidState, "NVML_ERROR_INVALID_STATE"),
-            (999, Return::Unknown, "NVML_ERROR_UNKNOWN"),
-        ];
-        for (raw, code, name) in cases {
-            assert_eq!(Return::from_raw(raw), code, "case {name}");
-            assert_eq!(code.raw(), raw, "case {name}");
-            assert_eq!(code.to_string(), name, "case {name}");
-        }
-        assert_eq!(Return::from_raw(30), Return::Other(30));
-        assert_eq!(Return::Other(30).to_string(), "nvmlReturn_t 30");
-    }
 
     #[test]
     fn c_strings_stop_at_nul_or_buffer_end() {
