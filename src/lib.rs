@@ -7,7 +7,9 @@
 //!
 //! ```text
 //! roots, ldcache, nvml, cdi          leaves: paths, the ld.so.cache format, NVML, CDI wire types
+//! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
 //! request                            device lists and driver capabilities, parsed and validated
+//! config                             /etc/nvidia-container-runtime/config.toml, NVIDIA's keys
 //! inventory                          GPUs + MIG devices + driver version (procfs or NVML)
 //! select                             request × inventory → Selection
 //! discover                           Selection + capabilities → HostResources (files, nodes)
@@ -21,10 +23,13 @@
 pub mod roots;
 
 pub mod cdi;
+pub mod bundle;
 pub mod ldcache;
 pub mod nvml;
 
 pub mod request;
+
+pub mod config;
 
 pub mod inventory;
 

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+//! [`Bundle`]: loading `config.json` and replacing it atomically.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::{BundleError, SpecDoc};
+
+/// The bundle's configuration file, named by the OCI runtime spec.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// How many temp-file names [`Bundle::save`] tries before giving up.
+const TEMP_ATTEMPTS: u32 = 16;
+
+/// Numbers the temp files of this process, so that concurrent saves never pick the same name.
+static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A bundle directory, holding `config.json` and (usually) the rootfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    pub dir: PathBuf,
+}
+
+/// A loaded `config.json` and the file's permissions, which [`Bundle::save`] gives the
+/// replacement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub doc: SpecDoc,
+    /// Permission bits of the file (`st_mode & 0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Bundle {
+    pub fn new(dir: impl Into<PathBuf>) -> Bundle {
+        Bundle { dir: dir.into() }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join(CONFIG_FILE)
+    }
+
+    /// Reads and parses `config.json`, and records its mode and owner from the same open file.
+    pub fn load(&self) -> Result<Loaded, BundleError> {
+        let path = self.config_path();
+        let read_error = |source| BundleError::Read {
+            path: path.clone(),
+            source,
+        };
+        let mut file = File::open(&path).map_err(read_error)?;
+        let meta = file.metadata().map_err(read_error)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
+        let doc = SpecDoc::parse_named(&bytes, &path.display().to_string())?;
+        Ok(Loaded {
+            doc,
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+        })
+    }
+
+    /// Replaces `config.json` with `doc`, atomically.
+    ///
+    /// Writes a new file next to it (created exclusively, never through a symlink, named
+    /// `.config.json.nvshim-<pid>-<n>`), gives it the mode and owner recorded in `like`, fsyncs
+    /// it, renames it over `config.json` and fsyncs the directory. Readers see the old file or
+    /// the new one, never a part. On an error before the rename the temp file is removed and
+    /// `config.json` is untouched; an error from the directory fsync comes after the rename.
+    /// A symlinked `config.json` is replaced by a regular file, not followed.
+    pub fn save(&self, doc: &SpecDoc, like: &Loaded) -> Result<(), BundleError> {
+        let bytes = doc.to_vec()?;
+        let pid = std::process::id();
+        let names = (0..TEMP_ATTEMPTS).map(|_| {
+            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+            format!(".{CONFIG_FILE}.nvshim-{pid}-{n}")
+        });
+        self.save_bytes(&bytes, like, names)
+    }
+
+    /// [`Bundle::save`] with the temp-file names to try, in order; a name that exists is
+    /// skipped (and left alone).
+    pub(super) fn save_bytes(
+        &self,
+        bytes: &[u8],
+        like: &Loaded,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<(), BundleError> {
+        let (temp, file) = create_temp(&self.dir, names)?;
+        write_temp(file, bytes, like).map_err(|source| BundleError::Write {
+            path: temp.path.clone(),
+            source,
+        })?;
+        let config = self.config_path();
+        fs::rename(&temp.path, &config).map_err(|source| BundleError::Write {
+            path: config.clone(),
+            source,
+        })?;
+        temp.keep();
+        // Make the rename itself durable.
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|source| BundleError::Write {
+                path: self.dir.clone(),
+                source,
+            })
+    }
+}
+
+/// A temp file we created, removed on drop unless [`TempFile::keep`] was called.
+struct TempFile {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl TempFile {
+    fn keep(mut self) {
+        self.remove = false;
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if self.remove {
+            // Best effort: the error that brought us here is the one to report.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Creates the first of `names` (in `dir`) that does not exist yet.
+fn create_temp(
+    dir: &Path,
+    names: impl IntoIterator<Item = String>,
+) -> Result<(TempFile, File), BundleError> {
+    let mut last = None;
+    for name in names {
+        let path = dir.join(name);
+        // create_new is O_CREAT|O_EXCL: an existing name, a symlink included, fails
+        // instead of being opened; O_NOFOLLOW says the same for the final component, and std
+        // adds O_CLOEXEC.
+        let opened = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path);
+        match opened {
+            Ok(file) => {
+                let temp = TempFile { path, remove: true };
+                return Ok((temp, file));
+            }
+            Err(source) if source.kind() == io::ErrorKind::AlreadyExists => {
+                last = Some(BundleError::Write { path, source });
+            }
+            Err(source) => return Err(BundleError::Write { path, source }),
+        }
+    }
+    Err(last.unwrap_or_else(|| BundleError::Write {
+        path: dir.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "no temp-file name to try"),
+    }))
+}
+
+/// Gives the temp file `like`'s owner and mode, writes `bytes` and fsyncs it.
+fn write_temp(mut file: File, bytes: &[u8], like: &Loaded) -> io::Result<()> {
+    let meta = file.metadata()?;
+    if (meta.uid(), meta.gid()) != (like.uid, like.gid) {
+        fchown(&file, Some(like.uid), Some(like.gid))?;
+    }
+    // After the chown, which may clear set-id bits.
+    file.set_permissions(fs::Permissions::from_mode(like.mode & 0o7777))?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
