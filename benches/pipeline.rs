@@ -53,10 +53,7 @@ fn run(backend: Backend) -> pipeline::Plan {
         },
         ..Context::default()
     };
-    let request = Request {
-        devices: DeviceList::All,
-        capabilities: DriverCapabilities::all(),
-    };
+    let request = Request::new(DeviceList::All, DriverCapabilities::all());
     pipeline::plan(&ctx, &request).expect("plan")
 }
 

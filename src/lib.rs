@@ -8,7 +8,7 @@
 //! ```text
 //! roots, ldcache, nvml, cdi          leaves: paths, the ld.so.cache format, NVML, CDI wire types
 //! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
-//! request                            device lists and driver capabilities, parsed and validated
+//! request                            ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
 //! config                             /etc/nvidia-container-runtime/config.toml, NVIDIA's keys
 //! inventory                          GPUs + MIG devices + driver version (procfs or NVML)
 //! select                             request × inventory → Selection

@@ -27,10 +27,10 @@ pub struct ListArgs {
 }
 
 pub fn run(host: &HostArgs, args: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let request = Request {
-        devices: args.devices.parse::<DeviceList>()?,
-        capabilities: args.caps.parse::<DriverCapabilities>()?,
-    };
+    let request = Request::new(
+        args.devices.parse::<DeviceList>()?,
+        args.caps.parse::<DriverCapabilities>()?,
+    );
     let ctx = Context {
         roots: host.roots(),
         source: host.source(),

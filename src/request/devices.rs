@@ -1,23 +1,12 @@
-//! What a container asks for: a device list and a set of driver capabilities.
-//!
-//! These strings come from untrusted places (an image's `ENV`, a pod spec, a kubelet
-//! `Allocate` answer), so parsing is strict: every element is checked against the
-//! grammar NVIDIA's tools accept, and an error quotes the bad element (shortened if
-//! huge) and says what would be valid. Nothing here looks at the node; resolving ids
-//! against real GPUs is `select`'s job.
+//! Device lists: `NVIDIA_VISIBLE_DEVICES`, swarm resources, volume-mount ids and CDI
+//! names all share this grammar.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Serialize, Serializer};
 
-/// `NVIDIA_VISIBLE_DEVICES`: which GPUs the container gets.
-pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
-/// `NVIDIA_DRIVER_CAPABILITIES`: which parts of the driver the container gets.
-pub const ENV_DRIVER_CAPABILITIES: &str = "NVIDIA_DRIVER_CAPABILITIES";
-
-/// The longest element quoted in full in an error message.
-const QUOTE_MAX: usize = 64;
+use super::{Quoted, RequestError};
 
 /// A parsed `NVIDIA_VISIBLE_DEVICES`-style list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,55 +42,6 @@ pub enum DeviceId {
     BusId(String),
     /// `nvidia.com/gpu=0`: a fully qualified CDI device name.
     Cdi { kind: String, name: String },
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RequestError {
-    #[error(
-        "invalid device {element} in device list {list}: expected an index (0, 1, …), \
-         GPU-<uuid>, MIG-<uuid>, <gpu>:<mig>, a PCI bus id (0000:07:00.0), \
-         a CDI name (nvidia.com/gpu=0), all, none or void"
-    )]
-    InvalidDevice { element: Quoted, list: Quoted },
-    #[error("invalid device {element} in device list {list}: {reason}")]
-    MalformedUuid {
-        element: Quoted,
-        list: Quoted,
-        reason: &'static str,
-    },
-    #[error("empty entry at position {position} in device list {list}")]
-    EmptyEntry { position: usize, list: Quoted },
-    #[error("{word:?} in device list {list} cannot be combined with other devices")]
-    NotAlone { word: &'static str, list: Quoted },
-    #[error(
-        "unsupported driver capability {capability} in {list} \
-         (valid: compat32, compute, display, graphics, ngx, utility, video, all)"
-    )]
-    UnknownCapability { capability: Quoted, list: Quoted },
-}
-
-/// A user-supplied value shown in an error: quoted, control characters escaped, and
-/// cut to a readable length with the full size noted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Quoted(String);
-
-impl Quoted {
-    pub fn new(value: &str) -> Self {
-        if value.len() <= QUOTE_MAX {
-            return Self(format!("{value:?}"));
-        }
-        let mut cut = QUOTE_MAX;
-        while !value.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        Self(format!("{:?}… ({} bytes)", &value[..cut], value.len()))
-    }
-}
-
-impl fmt::Display for Quoted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 impl FromStr for DeviceList {
@@ -239,7 +179,7 @@ fn is_uuid_body(s: &str) -> bool {
 }
 
 /// `vendor/class`: vendor a dotted DNS-ish name, class alphanumeric with `-_.`.
-fn is_cdi_kind(kind: &str) -> bool {
+pub(super) fn is_cdi_kind(kind: &str) -> bool {
     let Some((vendor, class)) = kind.split_once('/') else {
         return false;
     };
@@ -253,7 +193,7 @@ fn is_cdi_kind(kind: &str) -> bool {
     ok(vendor) && ok(class)
 }
 
-fn is_cdi_name(name: &str) -> bool {
+pub(super) fn is_cdi_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && name
@@ -301,135 +241,6 @@ impl Serialize for DeviceList {
         s.collect_str(self)
     }
 }
-
-/// One of NVIDIA's driver capabilities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Capability {
-    Compat32,
-    Compute,
-    Display,
-    Graphics,
-    Ngx,
-    Utility,
-    Video,
-}
-
-impl Capability {
-    /// Every capability, in the canonical (alphabetical) order.
-    pub const ALL: [Capability; 7] = [
-        Self::Compat32,
-        Self::Compute,
-        Self::Display,
-        Self::Graphics,
-        Self::Ngx,
-        Self::Utility,
-        Self::Video,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Compat32 => "compat32",
-            Self::Compute => "compute",
-            Self::Display => "display",
-            Self::Graphics => "graphics",
-            Self::Ngx => "ngx",
-            Self::Utility => "utility",
-            Self::Video => "video",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-/// A set of driver capabilities (`NVIDIA_DRIVER_CAPABILITIES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DriverCapabilities(u8);
-
-impl DriverCapabilities {
-    pub const EMPTY: Self = Self(0);
-
-    /// NVIDIA's default when the variable is unset or empty: `compute,utility`.
-    pub fn default_set() -> Self {
-        Self::EMPTY
-            .with(Capability::Compute)
-            .with(Capability::Utility)
-    }
-
-    pub fn all() -> Self {
-        Capability::ALL.into_iter().fold(Self::EMPTY, Self::with)
-    }
-
-    pub fn with(self, cap: Capability) -> Self {
-        Self(self.0 | cap.bit())
-    }
-
-    pub fn contains(self, cap: Capability) -> bool {
-        self.0 & cap.bit() != 0
-    }
-
-    pub fn iter(self) -> impl Iterator<Item = Capability> {
-        Capability::ALL
-            .into_iter()
-            .filter(move |c| self.contains(*c))
-    }
-}
-
-impl Default for DriverCapabilities {
-    fn default() -> Self {
-        Self::default_set()
-    }
-}
-
-impl FromStr for DriverCapabilities {
-    type Err = RequestError;
-
-    /// Empty means the default; `all` anywhere means every capability.
-    fn from_str(list: &str) -> Result<Self, Self::Err> {
-        if list.trim().is_empty() {
-            return Ok(Self::default_set());
-        }
-        let mut set = Self::EMPTY;
-        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-            if word == "all" {
-                set = Self::all();
-                continue;
-            }
-            let cap = Capability::ALL
-                .into_iter()
-                .find(|c| c.name() == word)
-                .ok_or_else(|| RequestError::UnknownCapability {
-                    capability: Quoted::new(word),
-                    list: Quoted::new(list),
-                })?;
-            set = set.with(cap);
-        }
-        Ok(set)
-    }
-}
-
-impl fmt::Display for DriverCapabilities {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.iter().map(Capability::name).collect();
-        f.write_str(&names.join(","))
-    }
-}
-
-impl Serialize for DriverCapabilities {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
-
-/// A container's GPU request, ready to resolve.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Request {
-    pub devices: DeviceList,
-    pub capabilities: DriverCapabilities,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -552,36 +363,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn capabilities_parse() {
-        let cases: Vec<(&str, Result<&str, &str>)> = vec![
-            ("", Ok("compute,utility")),
-            ("utility", Ok("utility")),
-            ("video, compute", Ok("compute,video")),
-            (
-                "all",
-                Ok("compat32,compute,display,graphics,ngx,utility,video"),
-            ),
-            (
-                "compute,all",
-                Ok("compat32,compute,display,graphics,ngx,utility,video"),
-            ),
-            ("bogus,compute", Err("\"bogus\"")),
-            ("Compute", Err("\"Compute\"")),
-        ];
-        for (input, want) in cases {
-            match (input.parse::<DriverCapabilities>(), want) {
-                (Ok(caps), Ok(w)) => assert_eq!(caps.to_string(), w, "case {input:?}"),
-                (Err(e), Err(needle)) => {
-                    let msg = e.to_string();
-                    assert!(msg.contains(needle), "case {input:?}: {msg}");
-                    assert!(msg.contains("valid: compat32"), "case {input:?}: {msg}");
-                }
-                (got, _) => panic!("case {input:?}: unexpected {got:?}"),
-            }
-        }
-    }
-
     proptest! {
         #[test]
         fn device_list_parsing_never_panics(s in ".{0,300}") {
@@ -599,11 +380,6 @@ mod tests {
                 })?;
                 prop_assert_eq!(again, list);
             }
-        }
-
-        #[test]
-        fn capability_parsing_never_panics(s in ".{0,200}") {
-            let _ = s.parse::<DriverCapabilities>();
         }
     }
 }
