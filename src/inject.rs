@@ -18,6 +18,10 @@ use crate::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
 pub const LEGACY_HOOK_NAMES: [&str; 2] =
     ["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
 
+/// Set on specs our runtime edited, so a prestart hook that still runs (for example
+/// one a hooks.d directory adds) knows the GPUs are already there.
+pub const INJECTED_ANNOTATION: &str = "nvshim.io/injected";
+
 /// What `apply` changed, for the debug log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {

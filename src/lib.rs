@@ -16,14 +16,15 @@
 //! edits                              HostResources → ContainerEdits (pure, stable order)
 //! inject                             ContainerEdits → an OCI spec (JSON), the only spec writer
 //! pipeline                           plan(): the one path through all of the above
-//! runtime                            the runc shim: argv, low-level runtime, exec
+//! runtime                            the runc shim: argv, create, low-level runtime, exec
+//! hook                               the prestart hook docker's --gpus adds
 //! logging, cli                       front-end plumbing
 //! ```
 
 pub mod roots;
 
-pub mod cdi;
 pub mod bundle;
+pub mod cdi;
 pub mod ldcache;
 pub mod nvml;
 
@@ -44,6 +45,8 @@ pub mod inject;
 pub mod pipeline;
 
 pub mod runtime;
+
+pub mod hook;
 
 pub mod cli;
 pub mod logging;

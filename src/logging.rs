@@ -21,8 +21,12 @@ use tracing_subscriber::{Layer, fmt};
 pub struct LogSettings {
     /// `debug` on stderr instead of `warn` (`RUST_LOG` overrides either).
     pub debug: bool,
-    /// Also append events at `debug` and above to this file.
+    /// Also append events to this file.
     pub file: Option<PathBuf>,
+    /// The file's level (`debug` when unset).
+    pub file_level: Option<tracing::Level>,
+    /// No stderr layer: the runtime prints its one error line itself.
+    pub no_stderr: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,11 +46,13 @@ pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
     let default = if settings.debug { "debug" } else { "warn" };
     let stderr_filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let stderr = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .with_filter(stderr_filter);
+    let stderr = (!settings.no_stderr).then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_target(false)
+            .with_filter(stderr_filter)
+    });
     let file = match &settings.file {
         Some(path) => {
             let handle = OpenOptions::new()
@@ -62,7 +68,9 @@ pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
                 fmt::layer()
                     .with_writer(Arc::new(handle))
                     .with_ansi(false)
-                    .with_filter(EnvFilter::new("debug")),
+                    .with_filter(tracing_subscriber::filter::LevelFilter::from_level(
+                        settings.file_level.unwrap_or(tracing::Level::DEBUG),
+                    )),
             )
         }
         None => None,

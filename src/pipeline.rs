@@ -9,13 +9,15 @@ use std::fs;
 
 use serde::Serialize;
 
+use crate::bundle::SpecDoc;
 use crate::cdi::ContainerEdits;
+use crate::config::{Config, ConfigError};
 use crate::discover::{self, HostResources, Missing, Want};
 use crate::edits::{self, Settings};
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
-use crate::request::{DeviceId, DeviceList, Request};
+use crate::request::{ContainerInputs, DeviceId, DeviceList, InputMount, Request, RequestPolicy};
 use crate::roots::Roots;
-use crate::select::{self, Selection};
+use crate::select::{self, Facts, GpuFacts, Selection};
 
 /// Everything about the host a plan needs; built once per process.
 #[derive(Debug, Clone, Default)]
@@ -66,8 +68,11 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             missing: Vec::new(),
         });
     }
-    let (backend, inventory) = load_inventory(ctx, &request.devices)?;
+    let (backend, inventory) = load_inventory(ctx, request)?;
     let selection = select::resolve(&request.devices, &inventory)?;
+    if !request.requirements.is_empty() {
+        select::check(&request.requirements, &facts(&inventory, &selection))?;
+    }
     let resources = discover::discover(
         &ctx.roots,
         Want {
@@ -104,12 +109,45 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
     })
 }
 
+/// What `NVIDIA_REQUIRE_*` is checked against: the driver, and each selected GPU (a
+/// MIG device counts as its parent).
+fn facts(inventory: &Inventory, selection: &Selection) -> Facts {
+    let arch = |uuid: &str| {
+        inventory
+            .gpus
+            .iter()
+            .find(|g| g.uuid == uuid)
+            .and_then(|g| g.compute_capability.clone())
+    };
+    let gpus = selection
+        .gpus
+        .iter()
+        .map(|g| GpuFacts {
+            id: format!("GPU {}", g.index),
+            arch: arch(&g.uuid),
+            brand: None,
+        })
+        .chain(selection.mig_devices.iter().map(|m| GpuFacts {
+            id: format!("MIG device {}:{}", m.parent.index, m.index),
+            arch: arch(&m.parent.uuid),
+            brand: None,
+        }))
+        .collect();
+    Facts {
+        cuda_version: inventory.driver.cuda_version.clone(),
+        driver_version: inventory.driver.version.clone(),
+        gpus,
+    }
+}
+
 /// Loads the inventory, resolving `auto`: procfs (no NVML initialisation) unless the
-/// request names MIG devices, or asks for `all` on a node where MIG instances exist.
+/// request needs what only NVML knows: MIG devices (named, or `all` on a node where MIG
+/// instances exist), or `NVIDIA_REQUIRE_*` checks (the CUDA version, the GPU arch).
 pub fn load_inventory(
     ctx: &Context,
-    devices: &DeviceList,
+    request: &Request,
 ) -> Result<(Backend, Inventory), PipelineError> {
+    let devices = &request.devices;
     let load = |backend| {
         let source = Source {
             backend,
@@ -120,7 +158,9 @@ pub fn load_inventory(
     match ctx.source.backend {
         Backend::Procfs => Ok(load(Backend::Procfs)?),
         Backend::Nvml => Ok(load(Backend::Nvml)?),
-        Backend::Auto if names_mig(devices) => Ok(load(Backend::Nvml)?),
+        Backend::Auto if names_mig(devices) || !request.requirements.is_empty() => {
+            Ok(load(Backend::Nvml)?)
+        }
         Backend::Auto => {
             let (backend, inventory) = load(Backend::Procfs)?;
             if *devices == DeviceList::All && has_mig_instances(&ctx.roots, &inventory) {
@@ -156,4 +196,70 @@ fn has_mig_instances(roots: &Roots, inventory: &Inventory) -> bool {
             entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("gi")))
         })
     })
+}
+
+// ---- what the runtime and the hook read from config.toml and config.json ----
+
+/// The request policy a config gives.
+pub fn policy(config: &Config) -> Result<RequestPolicy, ConfigError> {
+    Ok(RequestPolicy {
+        accept_envvar_when_unprivileged: config
+            .accept_nvidia_visible_devices_envvar_when_unprivileged,
+        accept_volume_mounts: config.accept_nvidia_visible_devices_as_volume_mounts,
+        swarm_resource: config
+            .swarm_resource
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        supported_capabilities: config.supported_capabilities()?,
+        disable_require: config.disable_require,
+        annotation_prefixes: config
+            .nvidia_container_runtime
+            .modes
+            .cdi
+            .annotation_prefixes
+            .clone(),
+    })
+}
+
+/// The pipeline context a config gives: NVIDIA's `nvidia-container-cli.root` is the
+/// driver root, and the dev root unless set apart.
+pub fn context(config: &Config) -> Context {
+    Context {
+        roots: Roots {
+            driver: config.driver_root(),
+            dev: config.dev_root(),
+            proc: config.nvshim.proc_root.clone(),
+        },
+        source: Source {
+            backend: Backend::Auto,
+            nvml_library: None,
+        },
+        edits: Settings {
+            hook_binary: config.nvshim.hook_path.clone(),
+        },
+    }
+}
+
+/// What the request reads from a spec.
+pub fn inputs(doc: &SpecDoc) -> ContainerInputs {
+    ContainerInputs {
+        env: doc.env().into_iter().map(String::from).collect(),
+        mounts: doc
+            .mounts()
+            .into_iter()
+            .map(|m| InputMount {
+                destination: m.destination.to_string(),
+                source: m.source.map(String::from),
+            })
+            .collect(),
+        annotations: doc
+            .annotations()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        privileged: doc.is_privileged(),
+    }
 }

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = logging::init(&LogSettings {
         debug: cli.debug,
-        file: None,
+        ..LogSettings::default()
     }) {
         eprintln!("nvshim: {e}");
     }

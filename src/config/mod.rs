@@ -33,6 +33,7 @@
 //! # Keys of our own (NVIDIA's tools ignore them)
 //! - `[nvshim] hook-path` (default `/usr/bin/nvshim`): the binary that the
 //!   `createContainer` hooks we generate run.
+//! - `[nvshim] proc-root` (default `/`): the directory holding `proc/driver/nvidia`.
 //! - `[nvidia-container-cli] dev-root` (default: unset, meaning the driver root): where
 //!   the device nodes are, for a driver container that does not carry `/dev`. NVIDIA's
 //!   runtime uses `root` for both.
@@ -243,6 +244,9 @@ pub struct Features {
 pub struct NvshimConfig {
     /// The binary our generated `createContainer` hooks run.
     pub hook_path: PathBuf,
+    /// The directory holding `proc/driver/nvidia` (default `/`; a test node or a
+    /// driver container with its own view of the host's proc sets it).
+    pub proc_root: PathBuf,
 }
 
 impl Default for Config {
@@ -317,6 +321,7 @@ impl Default for Config {
             },
             nvshim: NvshimConfig {
                 hook_path: PathBuf::from("/usr/bin/nvshim"),
+                proc_root: PathBuf::from("/"),
             },
         }
     }

@@ -93,7 +93,7 @@ pub fn find(
 
 /// Replaces this process with `runtime`, passing `args` (argv without argv[0]) and the
 /// environment unchanged. Returns only on failure.
-pub fn exec(runtime: &Path, args: &[String]) -> LowLevelError {
+pub fn exec(runtime: &Path, args: &[std::ffi::OsString]) -> LowLevelError {
     let source = Command::new(runtime).arg0(runtime).args(args).exec();
     LowLevelError::Exec {
         path: runtime.to_path_buf(),

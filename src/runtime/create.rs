@@ -1,0 +1,99 @@
+//! The shim's work on `create`/`run`: read the bundle's `config.json`, build the
+//! request, plan it, apply the edits and replace the file atomically.
+//!
+//! A container that asks for no GPU is left alone: the file is not even rewritten.
+//! Any error leaves `config.json` as it was, and the caller fails the `create`
+//! instead of starting a container without the GPUs it asked for.
+
+use std::path::Path;
+
+use crate::bundle::{Bundle, BundleError, SpecDoc};
+use crate::config::{Config, ConfigError};
+use crate::inject::{self, Applied, INJECTED_ANNOTATION, InjectError};
+use crate::pipeline::{self, PipelineError, context, inputs, policy};
+use crate::request::{self, DeviceList, RequestError};
+
+/// What happened to the bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No GPU requested: `config.json` was not touched.
+    Untouched,
+    /// The edits were applied and `config.json` replaced.
+    Injected {
+        devices: String,
+        applied: Applied,
+        removed_hooks: usize,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    #[error("cannot edit config.json: {0}")]
+    Inject(#[from] InjectError),
+}
+
+/// Edits the bundle at `dir` for `config`.
+pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
+    let bundle = Bundle::new(dir);
+    let loaded = bundle.load()?;
+    let request = request::build(&inputs(&loaded.doc), &policy(config)?)?;
+    if let Some(ignored) = &request.ignored {
+        tracing::warn!("{ignored}");
+    }
+    if request.devices == DeviceList::Void {
+        tracing::debug!(bundle = %dir.display(), "no GPU requested; config.json left untouched");
+        return Ok(Outcome::Untouched);
+    }
+    let plan = pipeline::plan(&context(config), &request)?;
+    for node in &plan.edits.device_nodes {
+        tracing::debug!(path = %node.path, major = ?node.major, minor = ?node.minor, "inject device node");
+    }
+    for mount in &plan.edits.mounts {
+        tracing::debug!(destination = %mount.container_path, source = %mount.host_path, "inject mount");
+    }
+    for missing in &plan.missing {
+        tracing::debug!(what = %missing.what, needed_for = %missing.needed_for, "not on this host, skipped");
+    }
+
+    let mut doc = loaded.doc.clone();
+    let applied = inject::apply(doc.value_mut(), &plan.edits)?;
+    let removed_hooks = inject::remove_legacy_hooks(doc.value_mut());
+    mark(&mut doc, &request.devices.to_string())?;
+    bundle.save(&doc, &loaded)?;
+    Ok(Outcome::Injected {
+        devices: request.devices.to_string(),
+        applied,
+        removed_hooks,
+    })
+}
+
+fn mark(doc: &mut SpecDoc, devices: &str) -> Result<(), InjectError> {
+    let root = doc
+        .value_mut()
+        .as_object_mut()
+        .ok_or(InjectError::NotAnObject)?;
+    let annotations = root
+        .entry("annotations")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    if annotations.is_null() {
+        *annotations = serde_json::Value::Object(serde_json::Map::new());
+    }
+    let map = annotations.as_object_mut().ok_or(InjectError::Shape {
+        pointer: "/annotations".into(),
+        expected: "an object",
+        found: "not an object",
+    })?;
+    map.insert(
+        INJECTED_ANNOTATION.into(),
+        serde_json::Value::String(devices.into()),
+    );
+    Ok(())
+}
