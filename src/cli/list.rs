@@ -11,7 +11,7 @@ use crate::request::{DeviceList, DriverCapabilities, Request};
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Devices, as NVIDIA_VISIBLE_DEVICES takes them: all, none, 0,1, GPU-<uuid>, MIG-<uuid>, 0:1.
+    /// Devices, as NVIDIA_VISIBLE_DEVICES takes them: all, none, 0,1, GPU or MIG UUIDs, 0:1 (GPU:MIG).
     #[arg(long, default_value = "all", env = "NVIDIA_VISIBLE_DEVICES")]
     pub devices: String,
     /// Driver capabilities, as NVIDIA_DRIVER_CAPABILITIES takes them: compute,utility,… or all.

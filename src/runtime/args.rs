@@ -62,7 +62,7 @@ fn flag(word: &str) -> Option<(&str, Option<&str>)> {
     })
 }
 
-/// Scans `args` (argv without argv[0]).
+/// Scans `args` (argv without `argv[0]`).
 pub fn scan(args: &[String]) -> Result<Invocation, ArgsError> {
     let mut inv = Invocation::default();
     let mut i = 0;

@@ -15,15 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Searched after `PATH`, as NVIDIA's runtime does.
-const DEFAULT_DIRS: &[&str] = &[
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
+/// Searched after `PATH`, as NVIDIA's runtime does: the same system directories
+/// discovery searches for the driver's binaries.
+const DEFAULT_DIRS: &[&str] = crate::discover::table::BINARY_DIRS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LowLevelError {
@@ -91,7 +85,7 @@ pub fn find(
     })
 }
 
-/// Replaces this process with `runtime`, passing `args` (argv without argv[0]) and the
+/// Replaces this process with `runtime`, passing `args` (argv without `argv[0]`) and the
 /// environment unchanged. Returns only on failure.
 pub fn exec(runtime: &Path, args: &[std::ffi::OsString]) -> LowLevelError {
     let source = Command::new(runtime).arg0(runtime).args(args).exec();
