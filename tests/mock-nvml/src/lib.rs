@@ -10,8 +10,11 @@
 //! No panic crosses the C boundary: each export runs inside `catch_unwind` and reports a
 //! panic as `NVML_ERROR_UNKNOWN`.
 
+mod abi;
 mod config;
 mod state;
+
+use abi::{Memory, PciInfo};
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::io::Write;
@@ -137,18 +140,6 @@ fn init(_flags: c_uint) -> Result<(), Ret> {
     }
 }
 
-/// `nvmlPciInfo_t` (v2/v3 layout).
-#[repr(C)]
-struct PciInfo {
-    bus_id_legacy: [u8; 16],
-    domain: c_uint,
-    bus: c_uint,
-    device: c_uint,
-    pci_device_id: c_uint,
-    pci_subsystem_id: c_uint,
-    bus_id: [u8; 32],
-}
-
 /// The original `nvmlPciInfo_t` that `nvmlDeviceGetPciInfo` (v1) fills.
 #[repr(C)]
 struct PciInfoV1 {
@@ -185,14 +176,6 @@ fn pci_info(handle: RawDevice) -> Result<PciInfo, Ret> {
             bus_id: c_array(&bus_id.nvml()),
         })
     })
-}
-
-/// `nvmlMemory_t`.
-#[repr(C)]
-struct Memory {
-    total: c_ulonglong,
-    free: c_ulonglong,
-    used: c_ulonglong,
 }
 
 /// `nvmlEventData_t` as `nvmlEventSetWait_v2` fills it.

@@ -5,7 +5,7 @@
 //! no arguments it prints a short table. Failures print the real tool's messages and exit
 //! with its codes (the NVML return code; 12 when the library cannot be loaded).
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::process::ExitCode;
 
 use libloading::Library;
@@ -18,24 +18,10 @@ const DRIVER_NOT_LOADED: Ret = 9;
 const NOT_FOUND: Ret = 6;
 const LIBRARY_NOT_FOUND: u8 = 12;
 
-#[repr(C)]
-struct PciInfo {
-    bus_id_legacy: [u8; 16],
-    domain: c_uint,
-    bus: c_uint,
-    device: c_uint,
-    pci_device_id: c_uint,
-    pci_subsystem_id: c_uint,
-    bus_id: [u8; 32],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Memory {
-    total: c_ulonglong,
-    free: c_ulonglong,
-    used: c_ulonglong,
-}
+// The same C structs the mock fills, so the two sides cannot drift apart.
+#[path = "../abi.rs"]
+mod abi;
+use abi::{Memory, PciInfo};
 
 /// The NVML functions this tool calls, with nvml.h's signatures.
 struct Api {
