@@ -43,7 +43,7 @@ pub enum CreateError {
 /// Edits the bundle at `dir` for `config`.
 pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
     let bundle = Bundle::new(dir);
-    let loaded = bundle.load()?;
+    let mut loaded = bundle.load()?;
     let request = request::build(&inputs(&loaded.doc), &policy(config)?)?;
     if let Some(ignored) = &request.ignored {
         tracing::warn!("{ignored}");
@@ -63,11 +63,11 @@ pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
         tracing::debug!(what = %missing.what, needed_for = %missing.needed_for, "not on this host, skipped");
     }
 
-    let mut doc = loaded.doc.clone();
-    let applied = inject::apply(doc.value_mut(), &plan.edits)?;
-    let removed_hooks = inject::remove_legacy_hooks(doc.value_mut());
-    mark(&mut doc, &request.devices.to_string())?;
-    bundle.save(&doc, &loaded)?;
+    // Edited in place: nothing is written unless every edit applied.
+    let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
+    let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
+    mark(&mut loaded.doc, &request.devices.to_string())?;
+    bundle.save(&loaded.doc, &loaded)?;
     Ok(Outcome::Injected {
         devices: request.devices.to_string(),
         applied,
