@@ -51,7 +51,6 @@ fn run(backend: Backend) -> pipeline::Plan {
             backend,
             nvml_library: None,
         },
-        ..Context::default()
     };
     let request = Request::new(DeviceList::All, DriverCapabilities::all());
     pipeline::plan(&ctx, &request).expect("plan")

@@ -1,21 +1,21 @@
 //! Turns discovered host resources into CDI-shaped [`ContainerEdits`].
 //!
 //! Pure and deterministic: the same resources give the same edits, in a stable
-//! order (device nodes as discovered, mounts by depth then path, hooks in a fixed
-//! order), so `nvshim list --json`, golden tests and generated CDI specs never
-//! churn. Decides mount options by file kind and builds the `createContainer`
-//! hooks that recreate the driver's symlinks and refresh the linker cache.
+//! order (device nodes as discovered, mounts by depth then path), so
+//! `nvshim list --json`, golden tests and generated CDI specs never churn. Decides
+//! mount options by file kind.
+//!
+//! No hooks: the driver's symlinks (`libcuda.so.1 -> libcuda.so.550.54.15`,
+//! `libcuda.so -> libcuda.so.1`) become extra read-only bind mounts of the real file
+//! at each link's path, so nothing has to run inside the container to create them.
+//! The linker cache is refreshed on the host side (`rootfs::linker`) from
+//! `Plan::ldcache`. NVIDIA's design runs one hook process per job on every start;
+//! this one runs none.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
+use crate::cdi::{ContainerEdits, DeviceNode, Mount};
 use crate::discover::{FileKind, HostResources};
-
-/// Hooks run with exactly this environment, never the container's or runc's: an
-/// inherited `LD_PRELOAD` from the image is how CVE-2025-23266 ran code as root.
-pub const HOOK_ENV: &[&str] =
-    &["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
 
 /// Options for read-only driver files. `rprivate` keeps the mounts from
 /// propagating back to the host through a shared volume.
@@ -28,23 +28,8 @@ pub const IPC_DIR_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec", "bind", "rpr
 /// Device cgroup access for every node.
 pub const DEVICE_ACCESS: &str = "rwm";
 
-/// What the edits need besides the resources.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The binary the `createContainer` hooks run (`nvshim`), as a host path.
-    pub hook_binary: PathBuf,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            hook_binary: PathBuf::from("/usr/bin/nvshim"),
-        }
-    }
-}
-
 /// Builds the edits for `resources`.
-pub fn build(resources: &HostResources, settings: &Settings) -> ContainerEdits {
+pub fn build(resources: &HostResources) -> ContainerEdits {
     let device_nodes = resources
         .device_nodes
         .iter()
@@ -64,11 +49,16 @@ pub fn build(resources: &HostResources, settings: &Settings) -> ContainerEdits {
     let mut mounts: Vec<Mount> = resources
         .files
         .iter()
-        .map(|file| Mount {
-            host_path: file.host_path.display().to_string(),
-            container_path: file.path.display().to_string(),
-            kind: Some("bind".into()),
-            options: options(file.kind).iter().map(|s| s.to_string()).collect(),
+        .flat_map(|file| {
+            // The file itself, then the same file at each link's path.
+            std::iter::once(&file.path)
+                .chain(file.links.iter().map(|l| &l.path))
+                .map(move |path| Mount {
+                    host_path: file.host_path.display().to_string(),
+                    container_path: path.display().to_string(),
+                    kind: Some("bind".into()),
+                    options: options(file.kind).iter().map(|s| s.to_string()).collect(),
+                })
         })
         .collect();
     // Parents before children (as the CDI library does), then by path.
@@ -77,12 +67,14 @@ pub fn build(resources: &HostResources, settings: &Settings) -> ContainerEdits {
             .cmp(&depth(&b.container_path))
             .then_with(|| a.container_path.cmp(&b.container_path))
     });
+    // Two files never share a path, but a link may name a path that is also a file.
+    mounts.dedup_by(|a, b| a.container_path == b.container_path);
 
     ContainerEdits {
         env: Vec::new(),
         device_nodes,
         mounts,
-        hooks: hooks(resources, settings),
+        hooks: Vec::new(),
         additional_gids: Vec::new(),
     }
 }
@@ -99,53 +91,10 @@ fn depth(path: &str) -> usize {
     Path::new(path).components().count()
 }
 
-fn hooks(resources: &HostResources, settings: &Settings) -> Vec<Hook> {
-    let binary = settings.hook_binary.display().to_string();
-    let hook = |args: Vec<String>| Hook {
-        hook_name: "createContainer".into(),
-        path: binary.clone(),
-        args,
-        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: None,
-    };
-    let mut out = Vec::new();
-
-    let mut links: Vec<(String, String)> = resources
-        .files
-        .iter()
-        .flat_map(|f| f.links.iter())
-        .map(|l| (l.path.display().to_string(), l.target.clone()))
-        .collect();
-    links.sort();
-    links.dedup();
-    if !links.is_empty() {
-        let mut args = vec!["nvshim".into(), "hook".into(), "create-symlinks".into()];
-        for (path, target) in links {
-            args.push("--link".into());
-            args.push(format!("{target}::{path}"));
-        }
-        out.push(hook(args));
-    }
-
-    let folders: BTreeSet<String> = resources
-        .files
-        .iter()
-        .filter(|f| f.kind == FileKind::Library)
-        .filter_map(|f| f.path.parent().map(|p| p.display().to_string()))
-        .collect();
-    if !folders.is_empty() {
-        let mut args = vec!["nvshim".into(), "hook".into(), "update-ldcache".into()];
-        for folder in folders {
-            args.push("--folder".into());
-            args.push(folder);
-        }
-        out.push(hook(args));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::discover::{DeviceNode as Node, HostFile, SymlinkEdit};
 
@@ -155,6 +104,7 @@ mod tests {
             path: PathBuf::from(format!("/usr/lib/x86_64-linux-gnu/{name}")),
             host_path: PathBuf::from(format!("/drv/usr/lib/x86_64-linux-gnu/{name}")),
             links,
+            ldcache: None,
         };
         HostResources {
             device_nodes: vec![Node {
@@ -179,12 +129,14 @@ mod tests {
                     path: "/usr/bin/nvidia-smi".into(),
                     host_path: "/drv/usr/bin/nvidia-smi".into(),
                     links: vec![],
+                    ldcache: None,
                 },
                 HostFile {
                     kind: FileKind::Socket,
                     path: "/run/nvidia-persistenced/socket".into(),
                     host_path: "/drv/run/nvidia-persistenced/socket".into(),
                     links: vec![],
+                    ldcache: None,
                 },
             ],
             missing: vec![],
@@ -192,8 +144,8 @@ mod tests {
     }
 
     #[test]
-    fn edits_carry_nodes_mounts_and_hooks() {
-        let edits = build(&resources(), &Settings::default());
+    fn edits_carry_nodes_and_mounts_links_included() {
+        let edits = build(&resources());
         let node = &edits.device_nodes[0];
         assert_eq!(
             (node.major, node.minor, node.host_path.as_deref()),
@@ -210,43 +162,29 @@ mod tests {
             [
                 "/run/nvidia-persistenced/socket",
                 "/usr/bin/nvidia-smi",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
                 "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
             ]
         );
         assert_eq!(edits.mounts[0].options, SOCKET_OPTIONS);
         assert_eq!(edits.mounts[1].options, RO_OPTIONS);
-        assert_eq!(edits.hooks.len(), 2);
-        assert_eq!(
-            edits.hooks[0].args[3..],
-            [
-                "--link",
-                "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1"
-            ]
-        );
-        assert_eq!(
-            edits.hooks[1].args[2..],
-            ["update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]
-        );
-        for hook in &edits.hooks {
-            assert_eq!(hook.hook_name, "createContainer");
-            assert!(
-                !hook.env.is_empty(),
-                "hooks must never inherit an environment"
-            );
-        }
+        // The soname link is the real file mounted a second time.
+        assert_eq!(edits.mounts[2].host_path, edits.mounts[3].host_path);
+        assert_eq!(edits.mounts[2].options, RO_OPTIONS);
+        assert!(edits.hooks.is_empty(), "no process runs in the container");
     }
 
     #[test]
     fn edits_are_deterministic() {
-        let a = build(&resources(), &Settings::default());
+        let a = build(&resources());
         let mut shuffled = resources();
         shuffled.files.reverse();
-        let b = build(&shuffled, &Settings::default());
+        let b = build(&shuffled);
         assert_eq!(a, b);
     }
 
     #[test]
     fn no_resources_no_edits() {
-        assert!(build(&HostResources::default(), &Settings::default()).is_empty());
+        assert!(build(&HostResources::default()).is_empty());
     }
 }

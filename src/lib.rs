@@ -41,6 +41,7 @@ pub mod discover;
 pub mod edits;
 
 pub mod inject;
+pub mod rootfs;
 
 pub mod pipeline;
 

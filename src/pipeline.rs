@@ -13,8 +13,9 @@ use crate::bundle::SpecDoc;
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, ConfigError};
 use crate::discover::{self, HostResources, Missing, Want};
-use crate::edits::{self, Settings};
+use crate::edits;
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
+use crate::ldcache;
 use crate::request::{ContainerInputs, DeviceId, DeviceList, InputMount, Request, RequestPolicy};
 use crate::roots::Roots;
 use crate::select::{self, Facts, GpuFacts, Selection};
@@ -24,7 +25,6 @@ use crate::select::{self, Facts, GpuFacts, Selection};
 pub struct Context {
     pub roots: Roots,
     pub source: Source,
-    pub edits: Settings,
 }
 
 /// The outcome of planning one request; `nvshim list --json` prints this.
@@ -36,6 +36,9 @@ pub struct Plan {
     pub driver: Option<DriverInfo>,
     pub selection: Selection,
     pub edits: ContainerEdits,
+    /// The entries the container's `ld.so.cache` needs for the injected libraries
+    /// (written into the rootfs on the host side; see `rootfs::linker`).
+    pub ldcache: Vec<ldcache::Entry>,
     /// Optional things the host lacks (shown by `nvshim list`, logged by the runtime).
     pub missing: Vec<Missing>,
 }
@@ -65,6 +68,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             driver: None,
             selection: Selection::default(),
             edits: ContainerEdits::default(),
+            ldcache: Vec::new(),
             missing: Vec::new(),
         });
     }
@@ -89,14 +93,18 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             detail: m.detail.clone(),
         });
     }
-    let edits = edits::build(&resources, &ctx.edits);
+    let edits = edits::build(&resources);
+    let ldcache = resources
+        .files
+        .iter()
+        .filter_map(|f| f.ldcache.clone())
+        .collect();
     tracing::debug!(
         devices = %request.devices,
         capabilities = %request.capabilities,
         %backend,
         nodes = edits.device_nodes.len(),
         mounts = edits.mounts.len(),
-        hooks = edits.hooks.len(),
         "planned container edits"
     );
     Ok(Plan {
@@ -106,6 +114,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
         selection,
         missing: resources.missing,
         edits,
+        ldcache,
     })
 }
 
@@ -236,9 +245,6 @@ pub fn context(config: &Config) -> Context {
         source: Source {
             backend: Backend::Auto,
             nvml_library: None,
-        },
-        edits: Settings {
-            hook_binary: config.nvshim.hook_path.clone(),
         },
     }
 }

@@ -55,6 +55,9 @@ impl Host {
         let list = spec["process"]["env"].as_array_mut().unwrap();
         list.retain(|v| !v.as_str().unwrap_or("").starts_with("NVIDIA_"));
         list.extend(env.iter().map(|e| json!(e)));
+        // The fixtures' rootfs paths are from the machines they were captured on.
+        spec["root"]["path"] = json!("rootfs");
+        fs::create_dir_all(bundle.join("rootfs")).unwrap();
         fs::write(
             bundle.join("config.json"),
             serde_json::to_vec(&spec).unwrap(),
@@ -200,7 +203,20 @@ fn create_injects_the_gpus_and_execs_runc_with_the_same_argv() {
         fs::metadata(bundle.join("config.json")).unwrap().mode() & 0o777,
         0o644
     );
-    assert_eq!(fs::read_dir(&bundle).unwrap().count(), 1);
+    let names: Vec<_> = fs::read_dir(&bundle)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "config.json and rootfs only: {names:?}");
+    // The rootfs's linker cache now names the injected libraries.
+    let cache = nvshim::ldcache::load(&bundle.join("rootfs/etc/ld.so.cache")).unwrap();
+    for key in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        assert_eq!(
+            cache.lookup(key).next().map(|e| e.value.as_str()),
+            Some(format!("/usr/lib/x86_64-linux-gnu/{key}").as_str()),
+            "{key}"
+        );
+    }
     // The debug log says what was injected.
     let log = fs::read_to_string(host.dir.path().join("runtime.log")).unwrap();
     assert!(

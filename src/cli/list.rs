@@ -34,7 +34,6 @@ pub fn run(host: &HostArgs, args: &ListArgs, out: &mut dyn Write) -> Result<(), 
     let ctx = Context {
         roots: host.roots(),
         source: host.source(),
-        ..Context::default()
     };
     let plan = pipeline::plan(&ctx, &request)?;
     if args.json {

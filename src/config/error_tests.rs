@@ -111,9 +111,9 @@ fn type_error_reports_line_column_and_key() {
         ),
         (
             "number for a path",
-            "[nvshim]\nhook-path = 1\n",
+            "[nvshim]\nproc-root = 1\n",
             (2, 13),
-            "nvshim.hook-path",
+            "nvshim.proc-root",
         ),
     ];
     for (name, text, (line, column), want_key) in cases {

@@ -31,8 +31,6 @@
 //!   way, because running an ldconfig from the image is CVE-2024-0136/0137's surface.
 //!
 //! # Keys of our own (NVIDIA's tools ignore them)
-//! - `[nvshim] hook-path` (default `/usr/bin/nvshim`): the binary that the
-//!   `createContainer` hooks we generate run.
 //! - `[nvshim] proc-root` (default `/`): the directory holding `proc/driver/nvidia`.
 //! - `[nvidia-container-cli] dev-root` (default: unset, meaning the driver root): where
 //!   the device nodes are, for a driver container that does not carry `/dev`. NVIDIA's
@@ -186,7 +184,6 @@ impl Default for Config {
                 no_additional_gids_for_device_nodes: false,
             },
             nvshim: NvshimConfig {
-                hook_path: PathBuf::from("/usr/bin/nvshim"),
                 proc_root: PathBuf::from("/"),
             },
         }

@@ -151,8 +151,6 @@ pub struct Features {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "kebab-case")]
 pub struct NvshimConfig {
-    /// The binary our generated `createContainer` hooks run.
-    pub hook_path: PathBuf,
     /// The directory holding `proc/driver/nvidia` (default `/`; a test node or a
     /// driver container with its own view of the host's proc sets it).
     pub proc_root: PathBuf,

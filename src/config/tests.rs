@@ -163,9 +163,9 @@ fn defaults_that_differ_from_nvidia_by_design() {
             r#"["docker-runc", "runc", "crun"]"#,
         ),
         (
-            "nvshim.hook-path (ours)",
-            c.nvshim.hook_path.display().to_string(),
-            "/usr/bin/nvshim",
+            "nvshim.proc-root (ours)",
+            c.nvshim.proc_root.display().to_string(),
+            "/",
         ),
         (
             "nvidia-container-cli.dev-root (ours)",
@@ -248,7 +248,7 @@ fn fixtures_parse() {
         let mut c = Config::default();
         c.nvidia_container_cli.root = "/run/nvidia/driver".into();
         c.nvidia_container_cli.dev_root = Some("/".into());
-        c.nvshim.hook_path = "/usr/local/bin/nvshim".into();
+        c.nvshim.proc_root = "/host".into();
         c
     };
     let cases = [

@@ -68,6 +68,10 @@ pub struct HostFile {
     /// Symlinks that lead to this file on the host, recreated in the container
     /// (`libcuda.so -> libcuda.so.1`, `libcuda.so.1 -> libcuda.so.550.54.15`).
     pub links: Vec<SymlinkEdit>,
+    /// For a library: the linker-cache entry the container needs so `ld.so` finds it
+    /// (key `libcuda.so.1`, value its container path), with the host cache's flags.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ldcache: Option<ldcache::Entry>,
 }
 
 /// A symlink to recreate: `path` points at `target`.
@@ -362,12 +366,12 @@ fn library(
     let wanted = format!("{stem}.so.{version}");
     let mut others = Vec::new();
     let mut found = None;
-    let candidates: Vec<PathBuf> = match cache {
+    let candidates: Vec<(PathBuf, Option<&ldcache::Entry>)> = match cache {
         Some(cache) => cache
             .entries
             .iter()
             .filter(|e| e.class() == class && is_stem_key(&e.key, stem))
-            .map(|e| PathBuf::from(&e.value))
+            .map(|e| (PathBuf::from(&e.value), Some(e)))
             .collect(),
         None => {
             let dirs = if class == Class::Lib32 {
@@ -375,10 +379,12 @@ fn library(
             } else {
                 LIBRARY_DIRS_64
             };
-            dirs.iter().map(|d| Path::new(d).join(&wanted)).collect()
+            dirs.iter()
+                .map(|d| (Path::new(d).join(&wanted), None))
+                .collect()
         }
     };
-    for candidate in candidates {
+    for (candidate, entry) in candidates {
         let Some(real) = resolver.resolve(&candidate).map_err(io_err(&candidate))? else {
             continue;
         };
@@ -390,14 +396,14 @@ fn library(
             others.push(real.path.display().to_string());
             continue;
         }
-        found = Some(real);
+        found = Some((real, entry));
         break;
     }
     let needed_for = match class {
         Class::Lib32 => format!("{} (compat32)", capability.name()),
         _ => capability.name().to_string(),
     };
-    let Some(real) = found else {
+    let Some((real, entry)) = found else {
         out.missing.push(Missing {
             what: stem.to_string(),
             needed_for,
@@ -424,8 +430,43 @@ fn library(
             links.insert(0, symlink_edit(first));
         }
     }
+    let cache_entry = cache_entry(entry, class, &real.path, &links);
     push_file(out, FileKind::Library, real.path, resolver, links);
+    if let (Some(entry), Some(file)) = (cache_entry, out.files.last_mut())
+        && file.kind == FileKind::Library
+        && file.ldcache.is_none()
+    {
+        file.ldcache = Some(entry);
+    }
     Ok(())
+}
+
+/// The entry for the container's `ld.so.cache`: the host cache's key and flags when
+/// the library was found through it, else the soname link's name with the flags
+/// `ldconfig` gives this architecture's libraries of `class`.
+fn cache_entry(
+    entry: Option<&ldcache::Entry>,
+    class: Class,
+    real: &Path,
+    links: &[SymlinkEdit],
+) -> Option<ldcache::Entry> {
+    if let Some(entry) = entry {
+        return Some(entry.clone());
+    }
+    let real_name = real.file_name()?.to_str()?;
+    // `libcuda.so.1`, not the development link `libcuda.so` nor the file itself.
+    let soname = links.iter().find(|l| {
+        l.path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n != real_name && n.contains(".so.") && !n.ends_with(".so"))
+    })?;
+    Some(ldcache::Entry {
+        key: soname.path.file_name()?.to_str()?.to_string(),
+        value: soname.path.to_str()?.to_string(),
+        flags: ldcache::native_flags(class)?,
+        hwcap: 0,
+    })
 }
 
 fn symlink_edit(link: &Link) -> SymlinkEdit {
@@ -458,6 +499,7 @@ fn push_file(
         host_path: resolver.host(&path),
         path,
         links,
+        ldcache: None,
     });
 }
 

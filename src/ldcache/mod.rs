@@ -195,6 +195,27 @@ impl fmt::Display for Class {
     }
 }
 
+/// The flags `ldconfig` on this build's architecture gives a glibc library of `class`
+/// (`None` for [`Class::Other`] or an architecture without a 64-bit cache flag).
+pub fn native_flags(class: Class) -> Option<i32> {
+    let lib64 = if cfg!(target_arch = "x86_64") {
+        FLAG_X8664_LIB64
+    } else if cfg!(target_arch = "aarch64") {
+        FLAG_AARCH64_LIB64
+    } else if cfg!(target_arch = "powerpc64") {
+        FLAG_POWERPC_LIB64
+    } else if cfg!(target_arch = "s390x") {
+        FLAG_S390_LIB64
+    } else {
+        return None;
+    };
+    match class {
+        Class::Lib64 => Some(FLAG_ELF_LIBC6 | lib64),
+        Class::Lib32 => Some(FLAG_ELF_LIBC6),
+        Class::Other => None,
+    }
+}
+
 /// Which layout a cache had.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub enum Format {

@@ -12,6 +12,7 @@ use crate::config::{Config, ConfigError};
 use crate::inject::{self, Applied, INJECTED_ANNOTATION, InjectError};
 use crate::pipeline::{self, PipelineError, context, inputs, policy};
 use crate::request::{self, DeviceList, RequestError};
+use crate::rootfs::{Rootfs, RootfsError, linker};
 
 /// What happened to the bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,10 @@ pub enum CreateError {
     Pipeline(#[from] PipelineError),
     #[error("cannot edit config.json: {0}")]
     Inject(#[from] InjectError),
+    #[error("config.json has no root.path: cannot find the container's rootfs")]
+    NoRoot,
+    #[error("cannot update the container's linker cache: {0}")]
+    Rootfs(#[from] RootfsError),
 }
 
 /// Edits the bundle at `dir` for `config`.
@@ -65,6 +70,12 @@ pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
 
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
+    if !plan.ldcache.is_empty() {
+        let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
+        let rootfs = Rootfs::open(&dir.join(root))?;
+        let refresh = linker::refresh(&rootfs, &plan.ldcache)?;
+        tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
+    }
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
     mark(&mut loaded.doc, &request.devices.to_string())?;
     bundle.save(&loaded.doc, &loaded)?;

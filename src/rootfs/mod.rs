@@ -1,0 +1,308 @@
+//! Safe file access inside a container's root filesystem, from the host.
+//!
+//! The rootfs belongs to the image author: any directory in it may be a symlink to
+//! `/`, `/etc` or `/proc/self/root`. So nothing here joins path strings. The rootfs
+//! is held as an `O_PATH` directory fd and every path is resolved against it with
+//! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`: absolute symlinks and `..`
+//! stay inside the root, `/proc` magic links are refused. On kernels without
+//! `openat2` (before 5.6) an equivalent walk does the same one component at a time,
+//! each step relative to the previous directory's fd, never by name from the top.
+//!
+//! New files are written to a fresh temporary name (`O_CREAT | O_EXCL |
+//! O_NOFOLLOW`) in the already-resolved parent directory and renamed over the
+//! target, so a reader never sees half a file and a planted symlink at the target
+//! is replaced, not followed.
+
+pub mod linker;
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{self, Mode, SFlag};
+use nix::unistd::{self, UnlinkatFlags};
+
+/// Most symlinks followed while resolving one path, as the kernel's limit.
+const MAX_LINKS: usize = 40;
+
+/// Set once `openat2` answered `ENOSYS`: use the walk from then on.
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+/// Makes temporary names unique within the process.
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RootfsError {
+    #[error("cannot open the container rootfs {root}: {source}")]
+    Root {
+        root: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    #[error("{path} in the container rootfs {root}: {source}")]
+    Path {
+        root: PathBuf,
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    #[error("{path} in the container rootfs {root} is not a regular file")]
+    NotAFile { root: PathBuf, path: PathBuf },
+    #[error("{path} in the container rootfs {root} is larger than {limit} bytes")]
+    TooLarge {
+        root: PathBuf,
+        path: PathBuf,
+        limit: u64,
+    },
+}
+
+/// A container root filesystem, opened once.
+#[derive(Debug)]
+pub struct Rootfs {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Rootfs {
+    /// Opens the rootfs directory. `path` itself comes from the engine (the spec's
+    /// `root.path`), not from the image, so it is opened normally.
+    pub fn open(path: &Path) -> Result<Rootfs, RootfsError> {
+        let fd = fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| RootfsError::Root {
+            root: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Rootfs {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The rootfs's host path (for messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the regular file at `path` (a container path), at most `limit` bytes.
+    /// `Ok(None)` when it (or a directory on the way) does not exist.
+    pub fn read(&self, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RootfsError> {
+        let fd = match self.resolve(path, OFlag::O_RDONLY | OFlag::O_NOCTTY, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
+            Err(source) => return Err(self.err(path, source)),
+        };
+        let st = stat::fstat(&fd).map_err(|e| self.err(path, e))?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return Err(RootfsError::NotAFile {
+                root: self.path.clone(),
+                path: path.to_path_buf(),
+            });
+        }
+        let mut bytes = Vec::new();
+        File::from(fd)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.err(path, io_errno(&e)))?;
+        if bytes.len() as u64 > limit {
+            return Err(RootfsError::TooLarge {
+                root: self.path.clone(),
+                path: path.to_path_buf(),
+                limit,
+            });
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Replaces the file at `path` with `bytes` (mode `mode`) atomically, creating
+    /// missing parent directories (mode 0755). A symlink at `path` is replaced, not
+    /// followed.
+    pub fn replace(&self, path: &Path, bytes: &[u8], mode: u32) -> Result<(), RootfsError> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(self.err(path, Errno::EINVAL));
+        };
+        let dir = self.ensure_dir(parent)?;
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".nvshim-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mode = Mode::from_bits_truncate(mode);
+        let fd = fcntl::openat(
+            &dir,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            mode,
+        )
+        .map_err(|e| self.err(path, e))?;
+        let written = stat::fchmod(&fd, mode)
+            .and_then(|()| File::from(fd).write_all(bytes).map_err(|e| io_errno(&e)))
+            .and_then(|()| fcntl::renameat(&dir, tmp.as_os_str(), &dir, name));
+        if let Err(e) = written {
+            let _ = unistd::unlinkat(&dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(self.err(path, e));
+        }
+        Ok(())
+    }
+
+    /// Opens the directory `path`, creating what is missing of it.
+    fn ensure_dir(&self, path: &Path) -> Result<OwnedFd, RootfsError> {
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        match self.resolve(path, flags, Mode::empty()) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(self.err(path, e)),
+        }
+        let mut prefix = PathBuf::from("/");
+        let mut dir = self.resolve(&prefix, flags, Mode::empty());
+        for part in normal_components(path) {
+            let parent = dir.map_err(|e| self.err(&prefix, e))?;
+            prefix.push(part);
+            match stat::mkdirat(&parent, part, Mode::from_bits_truncate(0o755)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(self.err(&prefix, e)),
+            }
+            dir = self.resolve(&prefix, flags, Mode::empty());
+        }
+        dir.map_err(|e| self.err(path, e))
+    }
+
+    /// Opens `path` inside the root with `flags`.
+    fn resolve(&self, path: &Path, flags: OFlag, mode: Mode) -> Result<OwnedFd, Errno> {
+        let flags = flags | OFlag::O_CLOEXEC;
+        let relative = relative(path);
+        if !NO_OPENAT2.load(Ordering::Relaxed) {
+            let how = OpenHow::new()
+                .flags(flags)
+                .mode(mode)
+                .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+            match fcntl::openat2(&self.fd, relative.as_path(), how) {
+                Err(Errno::ENOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
+                // The kernel asks to retry when a rename raced the lookup.
+                Err(Errno::EAGAIN) => {
+                    return fcntl::openat2(&self.fd, relative.as_path(), how);
+                }
+                other => return other,
+            }
+        }
+        walk(self.fd.as_fd(), path, flags, mode)
+    }
+
+    fn err(&self, path: &Path, source: Errno) -> RootfsError {
+        RootfsError::Path {
+            root: self.path.clone(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// `path` without its leading `/` (`.` for the root itself).
+fn relative(path: &Path) -> PathBuf {
+    let rel: PathBuf = path
+        .components()
+        .filter(|c| !matches!(c, Component::RootDir | Component::Prefix(_)))
+        .collect();
+    if rel.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rel
+    }
+}
+
+fn normal_components(path: &Path) -> impl Iterator<Item = &OsStr> {
+    path.components().filter_map(|c| match c {
+        Component::Normal(name) => Some(name),
+        _ => None,
+    })
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    e.raw_os_error().map_or(Errno::EIO, Errno::from_raw)
+}
+
+/// `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` done by hand: one component at
+/// a time, each opened `O_PATH | O_NOFOLLOW` relative to the previous one's fd;
+/// symlinks are read and their text resolved the same way (absolute ones from the
+/// root), `..` never climbs above the root, and the last component is opened with
+/// `O_NOFOLLOW`, so swapping it for a symlink after the check fails instead of
+/// escaping.
+pub(crate) fn walk(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    flags: OFlag,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    let mut stack: Vec<OwnedFd> = Vec::new();
+    let mut queue: Vec<OsString> = Vec::new();
+    push_front(&mut queue, path.as_os_str().as_bytes(), &mut stack);
+    let mut links = 0;
+    while let Some(part) = queue.pop() {
+        if part == ".." {
+            stack.pop();
+            continue;
+        }
+        let current = stack.last().map_or(root, |fd| fd.as_fd());
+        let step = fcntl::openat(
+            current,
+            part.as_os_str(),
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        let step = match step {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) if queue.is_empty() && flags.contains(OFlag::O_CREAT) => {
+                return fcntl::openat(current, part.as_os_str(), flags | OFlag::O_NOFOLLOW, mode);
+            }
+            Err(e) => return Err(e),
+        };
+        let st = stat::fstatat(&step, "", AtFlags::AT_EMPTY_PATH)?;
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFLNK {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(Errno::ELOOP);
+            }
+            let target = fcntl::readlinkat(&step, "")?;
+            push_front(&mut queue, target.as_bytes(), &mut stack);
+            continue;
+        }
+        if queue.is_empty() {
+            return fcntl::openat(current, part.as_os_str(), flags | OFlag::O_NOFOLLOW, mode);
+        }
+        if kind != SFlag::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        stack.push(step);
+    }
+    // The path named the root itself (or climbed back to it).
+    let current = stack.last().map_or(root, |fd| fd.as_fd());
+    fcntl::openat(current, ".", flags, mode)
+}
+
+/// Queues `path`'s components to be walked next (the queue pops from the end). An
+/// absolute path restarts from the root.
+fn push_front(queue: &mut Vec<OsString>, path: &[u8], stack: &mut Vec<OwnedFd>) {
+    if path.first() == Some(&b'/') {
+        stack.clear();
+    }
+    let parts = path
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+        .map(|p| OsStr::from_bytes(p).to_os_string());
+    let parts: Vec<OsString> = parts.collect();
+    queue.extend(parts.into_iter().rev());
+}
+
+#[cfg(test)]
+mod tests;

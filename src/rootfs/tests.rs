@@ -1,0 +1,161 @@
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+
+use super::*;
+
+/// A host directory with a secret beside a rootfs whose paths lead toward it.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    host: PathBuf,
+    root: PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = tmp.path().join("host");
+    let root = tmp.path().join("rootfs");
+    fs::create_dir_all(&host).unwrap();
+    fs::create_dir_all(root.join("usr/lib")).unwrap();
+    fs::write(host.join("secret"), "host secret").unwrap();
+    fs::write(root.join("usr/lib/inside"), "inside").unwrap();
+    Setup {
+        _tmp: tmp,
+        host,
+        root,
+    }
+}
+
+fn ino(fd: &OwnedFd) -> u64 {
+    stat::fstat(fd).unwrap().st_ino
+}
+
+#[test]
+fn reads_plain_paths_and_misses() {
+    let s = setup();
+    let r = Rootfs::open(&s.root).unwrap();
+    let got = r.read(Path::new("/usr/lib/inside"), 100).unwrap();
+    assert_eq!(got.as_deref(), Some(&b"inside"[..]));
+    assert_eq!(r.read(Path::new("/etc/ld.so.cache"), 100).unwrap(), None);
+    assert_eq!(r.read(Path::new("/usr/lib/inside/x"), 100).unwrap(), None);
+    assert!(matches!(
+        r.read(Path::new("/usr/lib"), 100),
+        Err(RootfsError::NotAFile { .. })
+    ));
+    assert!(matches!(
+        r.read(Path::new("/usr/lib/inside"), 3),
+        Err(RootfsError::TooLarge { limit: 3, .. })
+    ));
+}
+
+#[test]
+fn absolute_and_dotdot_symlinks_stay_inside() {
+    let s = setup();
+    // `/etc` -> the host directory's absolute path; `/up` -> far above the root.
+    symlink(&s.host, s.root.join("etc")).unwrap();
+    symlink("../../../../../../", s.root.join("up")).unwrap();
+    symlink("/usr/lib/inside", s.root.join("abs-inside")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    assert_eq!(r.read(Path::new("/etc/secret"), 100).unwrap(), None);
+    let via_up = format!("/up/{}/secret", s.host.strip_prefix("/").unwrap().display());
+    assert_eq!(r.read(Path::new(&via_up), 100).unwrap(), None);
+    assert_eq!(
+        r.read(Path::new("/up/usr/lib/inside"), 100)
+            .unwrap()
+            .as_deref(),
+        Some(&b"inside"[..])
+    );
+    assert_eq!(
+        r.read(Path::new("/abs-inside"), 100).unwrap().as_deref(),
+        Some(&b"inside"[..])
+    );
+}
+
+#[test]
+fn the_walk_agrees_with_openat2() {
+    let s = setup();
+    symlink(&s.host, s.root.join("etc")).unwrap();
+    symlink("../../../..", s.root.join("up")).unwrap();
+    symlink("lib", s.root.join("usr/lib64")).unwrap();
+    symlink("/usr/lib64/inside", s.root.join("usr/chain")).unwrap();
+    symlink("loop2", s.root.join("loop1")).unwrap();
+    symlink("loop1", s.root.join("loop2")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+    for path in [
+        "/usr/lib/inside",
+        "/usr/lib64/inside",
+        "/usr/chain",
+        "/up/usr/chain",
+        "usr/../usr/lib/./inside",
+        "/../../usr/lib/inside",
+        "/",
+    ] {
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        let kernel = fcntl::openat2(&r.fd, relative(Path::new(path)).as_path(), how).unwrap();
+        let ours = walk(r.fd.as_fd(), Path::new(path), flags, Mode::empty()).unwrap();
+        assert_eq!(ino(&kernel), ino(&ours), "{path}");
+    }
+    for (path, errno) in [
+        ("/etc/secret", Errno::ENOENT),
+        ("/loop1", Errno::ELOOP),
+        ("/usr/lib/inside/x", Errno::ENOTDIR),
+    ] {
+        assert_eq!(
+            walk(r.fd.as_fd(), Path::new(path), flags, Mode::empty()).unwrap_err(),
+            errno,
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn replace_writes_atomically_with_the_mode() {
+    let s = setup();
+    let r = Rootfs::open(&s.root).unwrap();
+    r.replace(Path::new("/etc/ld.so.cache"), b"one", 0o644)
+        .unwrap();
+    r.replace(Path::new("/etc/ld.so.cache"), b"two", 0o644)
+        .unwrap();
+    let file = s.root.join("etc/ld.so.cache");
+    assert_eq!(fs::read(&file).unwrap(), b"two");
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    assert_eq!(
+        fs::metadata(s.root.join("etc")).unwrap().mode() & 0o777,
+        0o755
+    );
+    // No temporary file is left behind.
+    let names: Vec<_> = fs::read_dir(s.root.join("etc")).unwrap().collect();
+    assert_eq!(names.len(), 1);
+}
+
+#[test]
+fn replace_never_writes_through_symlinks_to_the_host() {
+    let s = setup();
+    // The target itself is a link to a host file: the link is replaced.
+    fs::create_dir_all(s.root.join("etc")).unwrap();
+    symlink(s.host.join("secret"), s.root.join("etc/ld.so.cache")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    r.replace(Path::new("/etc/ld.so.cache"), b"cache", 0o644)
+        .unwrap();
+    assert_eq!(fs::read(s.host.join("secret")).unwrap(), b"host secret");
+    assert!(
+        !fs::symlink_metadata(s.root.join("etc/ld.so.cache"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // A parent that is a link to a host directory resolves inside the root, where
+    // it does not exist: an error, and nothing is created on the host.
+    symlink(&s.host, s.root.join("conf")).unwrap();
+    let err = r
+        .replace(Path::new("/conf/new-file"), b"x", 0o644)
+        .unwrap_err();
+    assert!(err.to_string().contains("/conf"), "{err}");
+    assert_eq!(fs::read_dir(&s.host).unwrap().count(), 1);
+}
