@@ -73,6 +73,34 @@ pub enum TestkitError {
         #[source]
         source: serde_json::Error,
     },
+
+    #[error("{action} the JSON file {}", path.display())]
+    JsonFile {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("{}: {what}", path.display())]
+    Elf { path: PathBuf, what: String },
+
+    #[error("{library}, needed by {}, is not installed on the host", elf.display())]
+    LibraryNotFound { elf: PathBuf, library: String },
+
+    #[error(
+        "socket path {} is too long for a unix socket (at most {max} bytes here); use a shorter directory",
+        path.display()
+    )]
+    SocketPathTooLong { path: PathBuf, max: usize },
+
+    #[error("{engine} failed to start (gave up after {waited_s} s); last lines of {}:\n{tail}", log.display())]
+    EngineStart {
+        engine: &'static str,
+        waited_s: u64,
+        log: PathBuf,
+        tail: String,
+    },
 }
 
 fn list(paths: &[PathBuf]) -> String {

@@ -10,17 +10,26 @@
 //! - `D/proc`: `driver/nvidia/...` and the MIG capability files;
 //! - `D/mock-nvml.json`: the mock NVML's config, describing the same GPUs.
 //!
-//! Every part is derived from the one spec, so the node is self-consistent. This crate must not
-//! depend on `nvshim`: it is nvshim's dev-dependency and describes hosts, not nvshim's view of them.
+//! Every part is derived from the one spec, so the node is self-consistent.
+//!
+//! For end-to-end runs, [`GlibcRootfs`] builds a small container rootfs that runs the host's
+//! dynamically linked programs, [`runc_bundle`] and [`tar_rootfs`] package it for `runc` and
+//! `docker import`, and [`Dockerd`] / [`Containerd`] start private engines that never touch the
+//! system's daemons.
+//!
+//! This crate must not depend on `nvshim`: it is nvshim's dev-dependency and describes hosts, not
+//! nvshim's view of them.
 
 mod artifacts;
 mod devices;
 mod driver;
+mod engines;
 mod error;
 mod files;
 mod mock_config;
 mod node;
 mod procfs;
+mod rootfs;
 mod spec;
 
 pub use artifacts::{
@@ -31,10 +40,14 @@ pub use driver::{
     BINARIES, FIRMWARE, FOREIGN_LIBRARY, LIB_DIR, LIBRARIES, Library, MPS_PIPE_DIR,
     PERSISTENCED_SOCKET, STALE_LIBRARY, Soname, ldconfig,
 };
+pub use engines::{Containerd, Dockerd, path_with_prefix};
 pub use error::TestkitError;
 pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockXidEvent};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
 pub use procfs::{capability_file, version_file};
+pub use rootfs::{
+    BASE_LIBRARIES, BUSYBOX_APPLETS, GlibcRootfs, glibc_rootfs, runc_bundle, tar_rootfs,
+};
 pub use spec::{
     DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, GpuSpec, MIG_CONFIG_MINOR,
     MIG_MAX_COMPUTE_INSTANCES, MIG_MAX_GPU_INSTANCES, MIG_MONITOR_MINOR, MigSpec,
