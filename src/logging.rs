@@ -43,10 +43,12 @@ pub enum LoggingError {
 
 /// Installs the global subscriber.
 pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
-    let default = if settings.debug { "debug" } else { "warn" };
-    let stderr_filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Built only when used: parsing filter directives costs about a millisecond,
+    // which the runtime (no stderr layer) must not pay on every container start.
     let stderr = (!settings.no_stderr).then(|| {
+        let default = if settings.debug { "debug" } else { "warn" };
+        let stderr_filter =
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())

@@ -39,8 +39,7 @@ pub enum BundleError {
         #[source]
         source: io::Error,
     },
-    /// Writing `path` failed; `config.json` is unchanged unless `path` is the bundle directory
-    /// (its fsync runs after the rename).
+    /// Writing `path` failed; `config.json` is unchanged.
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,

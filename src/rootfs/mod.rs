@@ -107,7 +107,8 @@ impl Rootfs {
                 path: path.to_path_buf(),
             });
         }
-        let mut bytes = Vec::new();
+        let size = u64::try_from(st.st_size).unwrap_or(0).min(limit);
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
         File::from(fd)
             .take(limit + 1)
             .read_to_end(&mut bytes)

@@ -1,0 +1,207 @@
+//! `create` through `nvidia-container-runtime` vs plain runc, on a simulated 8-GPU
+//! node with a glibc rootfs. Prints a table; run as root with `make bench`.
+//!
+//! Rows, interleaved round by round so machine noise hits every row alike:
+//! - runc alone on the GPU bundle (runc ignores `NVIDIA_VISIBLE_DEVICES`);
+//! - our runtime on the same bundle (`NVIDIA_VISIBLE_DEVICES=all`,
+//!   `compute,utility`), then runc;
+//! - runc and our runtime on a bundle that asks for no GPU;
+//! - our runtime with `/bin/true` as the low-level runtime (its own work, plus one
+//!   exec of `true`), and `/bin/true` alone.
+//!
+//! Before every round the GPU bundle's `config.json` and the rootfs's
+//! `/etc/ld.so.cache` are put back, so each create does the whole job; containers
+//! are deleted after each round, untimed.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
+
+const RUNTIME: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime");
+
+fn rounds() -> usize {
+    std::env::var("NVSHIM_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(41)
+}
+
+struct Bundle {
+    dir: PathBuf,
+    spec: Vec<u8>,
+    cache: Vec<u8>,
+}
+
+impl Bundle {
+    fn new(dir: PathBuf, rootfs: &Path, env: &[&str]) -> Bundle {
+        runc_bundle(&dir, rootfs, &["/bin/true"], env).unwrap();
+        Bundle {
+            spec: fs::read(dir.join("config.json")).unwrap(),
+            cache: fs::read(dir.join("rootfs/etc/ld.so.cache")).unwrap(),
+            dir,
+        }
+    }
+
+    fn reset(&self) {
+        fs::write(self.dir.join("config.json"), &self.spec).unwrap();
+        fs::write(self.dir.join("rootfs/etc/ld.so.cache"), &self.cache).unwrap();
+    }
+}
+
+fn config(dir: &Path, node: &SimNode, runtime: &str, name: &str) -> PathBuf {
+    let d = node.dir.display();
+    let path = dir.join(name);
+    fs::write(
+        &path,
+        format!(
+            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
+             [nvidia-container-runtime]\nruntimes = [\"{runtime}\"]\n\n[nvshim]\nproc-root = \"{d}\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn time(cmd: &mut Command) -> Duration {
+    let start = Instant::now();
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(status.success(), "{cmd:?} failed");
+    took
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn pct(v: &[Duration], p: usize) -> Duration {
+    v[(v.len() - 1) * p / 100]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    if !fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
+        eprintln!("bench create: run as root (mknod, runc)");
+        std::process::exit(1);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let artifacts = Artifacts::locate().unwrap();
+    let node = SimNode::build(&NodeSpec::standard(8), &dir.join("node"), &artifacts).unwrap();
+    let rootfs = dir.join("rootfs");
+    GlibcRootfs::new()
+        .libraries_for(node.driver_root.join("usr/bin/nvidia-smi"))
+        .build(&rootfs)
+        .unwrap();
+    let gpu = Bundle::new(
+        dir.join("gpu"),
+        &rootfs,
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        ],
+    );
+    let plain = Bundle::new(dir.join("plain"), &rootfs, &[]);
+    let with_runc = config(dir, &node, "runc", "runc.toml");
+    let with_true = config(dir, &node, "/bin/true", "true.toml");
+    let root = dir.join("runc-root");
+
+    let create = |program: &str, config: &Path, bundle: &Bundle, id: &str| {
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("NVIDIA_CTK_CONFIG_FILE_PATH", config)
+            .arg("--root")
+            .arg(&root)
+            .args(["create", "--bundle"])
+            .arg(&bundle.dir)
+            .arg(id);
+        cmd
+    };
+    let delete = |id: &str| {
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["delete", "--force", id])
+            .status();
+    };
+
+    let names = [
+        "runc create, GPU bundle (no injection)",
+        "nvidia-container-runtime create, 8 GPUs",
+        "runc create, no-GPU bundle",
+        "nvidia-container-runtime create, no GPU",
+        "nvidia-container-runtime → /bin/true, 8 GPUs",
+        "/bin/true alone",
+    ];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    let n = rounds();
+    for round in 0..=n {
+        gpu.reset();
+        let a = time(&mut create("runc", &with_runc, &gpu, "runc-gpu"));
+        delete("runc-gpu");
+        gpu.reset();
+        let b = time(&mut create(RUNTIME, &with_runc, &gpu, "ours-gpu"));
+        delete("ours-gpu");
+        let c = time(&mut create("runc", &with_runc, &plain, "runc-plain"));
+        delete("runc-plain");
+        let d = time(&mut create(RUNTIME, &with_runc, &plain, "ours-plain"));
+        delete("ours-plain");
+        gpu.reset();
+        let e = time(&mut create(RUNTIME, &with_true, &gpu, "noop"));
+        let f = time(&mut Command::new("/bin/true"));
+        // The first round warms caches and is not counted.
+        if round > 0 {
+            for (s, v) in samples.iter_mut().zip([a, b, c, d, e, f]) {
+                s.push(v);
+            }
+        }
+    }
+
+    let medians: Vec<Duration> = samples.iter_mut().map(|s| median(s)).collect();
+    println!("create, {n} interleaved rounds, simulated 8-GPU node (compute,utility)\n");
+    println!(
+        "| {:<46} | {:>9} | {:>9} | {:>9} |",
+        "what", "median", "p10", "p90"
+    );
+    println!("| {:-<46} | {:->9} | {:->9} | {:->9} |", "", "", "", "");
+    for (i, name) in names.iter().enumerate() {
+        println!(
+            "| {:<46} | {:>9} | {:>9} | {:>9} |",
+            name,
+            ms(medians[i]),
+            ms(pct(&samples[i], 10)),
+            ms(pct(&samples[i], 90))
+        );
+    }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!();
+    println!(
+        "GPU create vs runc:      {:.3}x (target <= 1.25x)",
+        ratio(medians[1], medians[0])
+    );
+    println!(
+        "non-GPU create vs runc:  {:.3}x (target <= 1.02x)",
+        ratio(medians[3], medians[2])
+    );
+    println!(
+        "own work (8 GPUs):       {} (runtime → true, minus true alone; target <= 2 ms)",
+        ms(medians[4].saturating_sub(medians[5]))
+    );
+}
