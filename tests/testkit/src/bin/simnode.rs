@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-//! `nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V]`: builds a simulated GPU node at
-//! `<dir>` and prints the env to use as shell `export` lines (used by `make demo`).
+//! `nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V] [--bundle B [--env K=V]...
+//! [--cmd SHELL-COMMAND]]`: builds a simulated GPU node at `<dir>` and prints the env to use as
+//! shell `export` lines (used by `make demo`).
+//!
+//! `--bundle B` also writes an OCI bundle for runc at `B` (replacing an earlier one): a glibc
+//! rootfs that can run the node's `nvidia-smi`, and a `config.json` (from `runc spec`) that runs
+//! `sh -c SHELL-COMMAND` (default `nvidia-smi -L`) with the `--env` variables, plus what the mock
+//! NVML needs inside: its config mounted at `/etc/mock-nvml.json` and `MOCK_NVML_DEV_ROOT=/dev`.
 //!
 //! An existing `<dir>` is replaced only if it holds a `mock-nvml.json` (an earlier node); any other
 //! non-empty directory is left alone.
@@ -8,15 +14,19 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use nvshim_testkit::{Artifacts, MOCK_CONFIG_FILE, NodeSpec, SimNode};
+use nvshim_testkit::{Artifacts, GlibcRootfs, MOCK_CONFIG_FILE, NodeSpec, SimNode, runc_bundle};
 
-const USAGE: &str = "usage: nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V]";
+const USAGE: &str = "usage: nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V] \
+                     [--bundle B [--env K=V]... [--cmd SHELL-COMMAND]]";
 
 struct Args {
     dir: PathBuf,
     gpus: usize,
     mig: bool,
     driver_version: Option<String>,
+    bundle: Option<PathBuf>,
+    env: Vec<String>,
+    cmd: String,
 }
 
 fn main() -> ExitCode {
@@ -36,6 +46,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         gpus: 2,
         mig: false,
         driver_version: None,
+        bundle: None,
+        env: Vec::new(),
+        cmd: "nvidia-smi -L".to_owned(),
     };
     while let Some(arg) = argv.next() {
         match arg.as_str() {
@@ -53,6 +66,24 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                     .next()
                     .ok_or(format!("--driver-version needs a value\n{USAGE}"))?;
                 args.driver_version = Some(v);
+            }
+            "--bundle" => {
+                let b = argv
+                    .next()
+                    .ok_or(format!("--bundle needs a directory\n{USAGE}"))?;
+                args.bundle = Some(PathBuf::from(b));
+            }
+            "--env" => {
+                let kv = argv
+                    .next()
+                    .filter(|kv| kv.contains('='))
+                    .ok_or(format!("--env needs KEY=VALUE\n{USAGE}"))?;
+                args.env.push(kv);
+            }
+            "--cmd" => {
+                args.cmd = argv
+                    .next()
+                    .ok_or(format!("--cmd needs a shell command\n{USAGE}"))?;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             flag if flag.starts_with('-') => {
@@ -82,7 +113,52 @@ fn run(args: &Args) -> Result<(), String> {
         println!("export {key}={}", quote(&value));
     }
     println!("# nvshim flags: {}", node.root_args().join(" "));
+    if let Some(bundle) = &args.bundle {
+        write_bundle(&node, bundle, args)?;
+        println!("# bundle: {}", bundle.display());
+    }
     Ok(())
+}
+
+fn write_bundle(node: &SimNode, bundle: &Path, args: &Args) -> Result<(), String> {
+    if bundle.join("config.json").is_file() {
+        std::fs::remove_dir_all(bundle).map_err(|e| format!("removing {}: {e}", bundle.display()))?;
+    }
+    let rootfs = bundle.with_extension("rootfs-src");
+    if rootfs.exists() {
+        std::fs::remove_dir_all(&rootfs)
+            .map_err(|e| format!("removing {}: {e}", rootfs.display()))?;
+    }
+    GlibcRootfs::new()
+        .libraries_for(node.driver_root.join("usr/bin/nvidia-smi"))
+        .libraries_for(
+            node.lib_dir()
+                .join(format!("libnvidia-ml.so.{}", node.library_version())),
+        )
+        .build(&rootfs)
+        .map_err(|e| chain(&e))?;
+    let mut env = vec![
+        "MOCK_NVML_CONFIG=/etc/mock-nvml.json".to_owned(),
+        "MOCK_NVML_DEV_ROOT=/dev".to_owned(),
+    ];
+    env.extend(args.env.iter().cloned());
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    runc_bundle(bundle, &rootfs, &["sh", "-c", &args.cmd], &env).map_err(|e| chain(&e))?;
+    std::fs::remove_dir_all(&rootfs).map_err(|e| format!("removing {}: {e}", rootfs.display()))?;
+    let path = bundle.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut spec: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(mounts) = spec["mounts"].as_array_mut() {
+        mounts.push(serde_json::json!({
+            "destination": "/etc/mock-nvml.json",
+            "type": "bind",
+            "source": node.mock_config,
+            "options": ["ro", "bind"],
+        }));
+    }
+    let text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Removes `dir` if it holds an earlier node; refuses any other non-empty directory.
