@@ -122,7 +122,8 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn write_bundle(node: &SimNode, bundle: &Path, args: &Args) -> Result<(), String> {
     if bundle.join("config.json").is_file() {
-        std::fs::remove_dir_all(bundle).map_err(|e| format!("removing {}: {e}", bundle.display()))?;
+        std::fs::remove_dir_all(bundle)
+            .map_err(|e| format!("removing {}: {e}", bundle.display()))?;
     }
     let rootfs = bundle.with_extension("rootfs-src");
     if rootfs.exists() {
