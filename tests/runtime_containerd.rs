@@ -13,7 +13,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::node;
-use nvshim_testkit::{Containerd, GlibcRootfs, NodeSpec};
+use nvshim_testkit::{Containerd, NodeSpec};
 
 const SCRIPT: &str = "ls /dev; echo ---; nvidia-smi -L; echo ---; ldconfig -p";
 const RUNTIME: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime");
@@ -51,15 +51,7 @@ fn ctr_run_with_our_runtime_as_the_runc_binary() {
         // A fresh rootfs per container: the runtime writes its linker cache.
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let rootfs = dir.path().join(format!("rootfs-{n}"));
-        GlibcRootfs::new()
-            .libraries_for(node.sim.driver_root.join("usr/bin/nvidia-smi"))
-            .libraries_for(
-                node.sim
-                    .lib_dir()
-                    .join(format!("libnvidia-ml.so.{}", node.sim.library_version())),
-            )
-            .build(&rootfs)
-            .unwrap();
+        node.sim.container_rootfs().build(&rootfs).unwrap();
         let mount = format!(
             "type=bind,src={},dst=/etc/mock-nvml.json,options=rbind:ro",
             node.sim.mock_config.display()

@@ -12,12 +12,11 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::process::Output;
 
-use common::{Node, node};
-use nvshim_testkit::{Dockerd, GlibcRootfs, NodeSpec, path_with_prefix, tar_rootfs};
+use common::{GPU_SCRIPT as SCRIPT, Node, Printed, node};
+use nvshim_testkit::{Dockerd, NodeSpec, path_with_prefix, tar_rootfs};
 use serde_json::json;
 
 const IMAGE: &str = "nvshim-e2e:glibc";
-const SCRIPT: &str = "ls /dev; echo ---; nvidia-smi -L; echo \"rc=$?\"; echo ---; ldconfig -p";
 const RUNTIME: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime");
 const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 
@@ -66,15 +65,7 @@ fn docker(extra: serde_json::Value) -> Docker {
     .unwrap();
 
     let rootfs = dir.path().join("rootfs");
-    GlibcRootfs::new()
-        .libraries_for(node.sim.driver_root.join("usr/bin/nvidia-smi"))
-        .libraries_for(
-            node.sim
-                .lib_dir()
-                .join(format!("libnvidia-ml.so.{}", node.sim.library_version())),
-        )
-        .build(&rootfs)
-        .unwrap();
+    node.sim.container_rootfs().build(&rootfs).unwrap();
     let tar = dir.path().join("rootfs.tar");
     tar_rootfs(&rootfs, &tar).unwrap();
     daemon.import(&tar, IMAGE).unwrap();
@@ -104,32 +95,8 @@ impl Run {
         );
         self
     }
-    fn section(&self, n: usize) -> String {
-        self.stdout()
-            .split("---\n")
-            .nth(n)
-            .unwrap_or("")
-            .to_string()
-    }
-    fn gpu_nodes(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .section(0)
-            .lines()
-            .filter(|l| {
-                l.strip_prefix("nvidia")
-                    .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty())
-            })
-            .map(String::from)
-            .collect();
-        v.sort();
-        v
-    }
-    fn smi(&self) -> Vec<String> {
-        self.section(1)
-            .lines()
-            .filter(|l| l.starts_with("GPU "))
-            .map(String::from)
-            .collect()
+    fn printed(&self) -> Printed {
+        Printed(self.stdout())
     }
 }
 
@@ -169,34 +136,64 @@ fn gpus_flag_with_our_runtime() {
 
     let run = d.run(&["--runtime=nvidia", "--gpus", "\"device=0,1,2\""]);
     run.ok();
-    assert_eq!(run.gpu_nodes(), nodes(&[0, 1, 3]), "{}", run.stdout());
-    let smi = run.smi();
+    assert_eq!(
+        run.printed().gpu_nodes(),
+        nodes(&[0, 1, 3]),
+        "{}",
+        run.stdout()
+    );
+    let smi = run.printed().smi_lines();
     assert_eq!(smi.len(), 3, "{}", run.stdout());
     for i in 0..3 {
         assert!(smi[i].contains(d.uuid(i)), "{smi:?}");
     }
-    assert!(run.section(0).contains("nvidiactl"), "{}", run.stdout());
-    assert!(run.section(2).contains("libcuda.so.1"), "{}", run.stdout());
+    assert!(
+        run.printed().section(0).contains("nvidiactl"),
+        "{}",
+        run.stdout()
+    );
+    assert!(
+        run.printed().section(2).contains("libcuda.so.1"),
+        "{}",
+        run.stdout()
+    );
 
     let run = d.run(&["--runtime=nvidia", "--gpus", "all"]);
     run.ok();
-    assert_eq!(run.gpu_nodes(), nodes(&[0, 1, 2, 3]), "{}", run.stdout());
-    assert_eq!(run.smi().len(), 4, "{}", run.stdout());
+    assert_eq!(
+        run.printed().gpu_nodes(),
+        nodes(&[0, 1, 2, 3]),
+        "{}",
+        run.stdout()
+    );
+    assert_eq!(run.printed().smi_lines().len(), 4, "{}", run.stdout());
 
     // The env var alone, by UUID (GPU 3 is /dev/nvidia2).
     let env = format!("NVIDIA_VISIBLE_DEVICES={}", d.uuid(3));
     let run = d.run(&["--runtime=nvidia", "-e", &env]);
     run.ok();
-    assert_eq!(run.gpu_nodes(), nodes(&[2]), "{}", run.stdout());
-    let smi = run.smi();
+    assert_eq!(run.printed().gpu_nodes(), nodes(&[2]), "{}", run.stdout());
+    let smi = run.printed().smi_lines();
     assert!(smi.len() == 1 && smi[0].contains(d.uuid(3)), "{smi:?}");
 
     // No GPU asked for: runs as it would under runc.
     let run = d.run(&["--runtime=nvidia"]);
     run.ok();
-    assert!(!run.section(0).contains("nvidia"), "{}", run.stdout());
-    assert!(run.section(1).contains("rc=127"), "{}", run.stdout());
-    assert!(!run.section(2).contains("libcuda"), "{}", run.stdout());
+    assert!(
+        !run.printed().section(0).contains("nvidia"),
+        "{}",
+        run.stdout()
+    );
+    assert!(
+        run.printed().section(1).contains("rc=127"),
+        "{}",
+        run.stdout()
+    );
+    assert!(
+        !run.printed().section(2).contains("libcuda"),
+        "{}",
+        run.stdout()
+    );
 }
 
 #[test]
@@ -225,11 +222,15 @@ fn default_runtime_needs_no_runtime_flag() {
     let d = docker(json!({"default-runtime": "nvidia"}));
     let run = d.run(&["--gpus", "1"]);
     run.ok();
-    assert_eq!(run.gpu_nodes(), nodes(&[0]), "{}", run.stdout());
-    let smi = run.smi();
+    assert_eq!(run.printed().gpu_nodes(), nodes(&[0]), "{}", run.stdout());
+    let smi = run.printed().smi_lines();
     assert!(smi.len() == 1 && smi[0].contains(d.uuid(0)), "{smi:?}");
 
     let run = d.run(&[]);
     run.ok();
-    assert!(!run.section(0).contains("nvidia"), "{}", run.stdout());
+    assert!(
+        !run.printed().section(0).contains("nvidia"),
+        "{}",
+        run.stdout()
+    );
 }

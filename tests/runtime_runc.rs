@@ -16,12 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Node, node};
-use nvshim_testkit::{GlibcRootfs, NodeSpec, runc_bundle};
+use common::{GPU_SCRIPT as SCRIPT, Node, Printed, node};
+use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
-
-/// What the container prints, in sections split by `---`.
-const SCRIPT: &str = "ls /dev; echo ---; nvidia-smi -L; echo \"rc=$?\"; echo ---; ldconfig -p";
 
 struct E2e {
     node: Node,
@@ -33,15 +30,7 @@ fn setup() -> E2e {
     let node = node(&NodeSpec::standard(8));
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
-    GlibcRootfs::new()
-        .libraries_for(node.sim.driver_root.join("usr/bin/nvidia-smi"))
-        .libraries_for(
-            node.sim
-                .lib_dir()
-                .join(format!("libnvidia-ml.so.{}", node.sim.library_version())),
-        )
-        .build(&rootfs)
-        .unwrap();
+    node.sim.container_rootfs().build(&rootfs).unwrap();
     let d = node.sim.dir.display();
     fs::write(
         dir.path().join("config.toml"),
@@ -71,30 +60,8 @@ impl Run {
     fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
-    /// The `n`th `---` section of the output.
-    fn section(&self, n: usize) -> String {
-        self.stdout()
-            .split("---\n")
-            .nth(n)
-            .unwrap_or("")
-            .to_string()
-    }
-    fn nvidia_nodes(&self) -> Vec<String> {
-        let mut nodes: Vec<String> = self
-            .section(0)
-            .lines()
-            .filter(|l| l.starts_with("nvidia"))
-            .map(String::from)
-            .collect();
-        nodes.sort();
-        nodes
-    }
-    fn smi_lines(&self) -> Vec<String> {
-        self.section(1)
-            .lines()
-            .filter(|l| l.starts_with("GPU "))
-            .map(String::from)
-            .collect()
+    fn printed(&self) -> Printed {
+        Printed(self.stdout())
     }
 }
 
@@ -186,14 +153,19 @@ fn two_gpus_by_index_are_all_the_container_sees() {
     ok(&run);
     let mut want = CONTROL.to_vec();
     want.extend(["nvidia0", "nvidia2"]);
-    assert_eq!(run.nvidia_nodes(), strings(&want), "{}", run.stdout());
-    let smi = run.smi_lines();
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&want),
+        "{}",
+        run.stdout()
+    );
+    let smi = run.printed().smi_lines();
     assert_eq!(smi.len(), 2, "{}", run.stdout());
     assert!(
         smi[0].contains(e.uuid(0)) && smi[1].contains(e.uuid(2)),
         "{smi:?}"
     );
-    let cache = run.section(2);
+    let cache = run.printed().section(2);
     for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
         assert!(
             cache.contains(&format!(
@@ -221,10 +193,15 @@ fn uuids_pick_the_right_minors() {
     ok(&run);
     let mut want = CONTROL.to_vec();
     want.extend(["nvidia1", "nvidia7"]);
-    assert_eq!(run.nvidia_nodes(), strings(&want), "{}", run.stdout());
-    let smi = run.smi_lines().join("\n");
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&want),
+        "{}",
+        run.stdout()
+    );
+    let smi = run.printed().smi_lines().join("\n");
     assert!(smi.contains(e.uuid(1)) && smi.contains(e.uuid(6)), "{smi}");
-    assert_eq!(run.smi_lines().len(), 2, "{smi}");
+    assert_eq!(run.printed().smi_lines().len(), 2, "{smi}");
 }
 
 #[test]
@@ -236,27 +213,44 @@ fn all_none_void_and_unset() {
     let mut want = CONTROL.to_vec();
     let gpus: Vec<String> = (0..8).map(|m| format!("nvidia{m}")).collect();
     want.extend(gpus.iter().map(String::as_str));
-    assert_eq!(run.nvidia_nodes(), strings(&want));
-    assert_eq!(run.smi_lines().len(), 8, "{}", run.stdout());
+    assert_eq!(run.printed().nvidia_nodes(), strings(&want));
+    assert_eq!(run.printed().smi_lines().len(), 8, "{}", run.stdout());
 
     // `none`: the driver (control nodes, libraries, nvidia-smi) but no GPU.
     let run = e.run(&["NVIDIA_VISIBLE_DEVICES=none"]);
     ok(&run);
-    assert_eq!(run.nvidia_nodes(), strings(&CONTROL), "{}", run.stdout());
-    assert!(run.smi_lines().is_empty(), "{}", run.stdout());
-    assert!(run.section(2).contains("libcuda.so.1"), "{}", run.stdout());
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&CONTROL),
+        "{}",
+        run.stdout()
+    );
+    assert!(run.printed().smi_lines().is_empty(), "{}", run.stdout());
+    assert!(
+        run.printed().section(2).contains("libcuda.so.1"),
+        "{}",
+        run.stdout()
+    );
 
     // `void` and unset: nothing at all, and config.json is not rewritten.
     for env in [&["NVIDIA_VISIBLE_DEVICES=void"][..], &[][..]] {
         let run = e.run(env);
         ok(&run);
-        assert!(run.nvidia_nodes().is_empty(), "{env:?}: {}", run.stdout());
         assert!(
-            run.section(1).contains("rc=127"),
+            run.printed().nvidia_nodes().is_empty(),
+            "{env:?}: {}",
+            run.stdout()
+        );
+        assert!(
+            run.printed().section(1).contains("rc=127"),
             "no nvidia-smi: {}",
             run.stdout()
         );
-        assert!(!run.section(2).contains("libcuda"), "{}", run.stdout());
+        assert!(
+            !run.printed().section(2).contains("libcuda"),
+            "{}",
+            run.stdout()
+        );
         let spec = fs::read_to_string(run.bundle.join("config.json")).unwrap();
         assert!(!spec.contains("nvshim.io/injected"), "{env:?}");
     }

@@ -63,3 +63,50 @@ pub fn ok(out: Output, what: &str) -> String {
     );
     stdout(&out)
 }
+
+/// The shell command the end-to-end tests run in a GPU container: the device nodes,
+/// `nvidia-smi -L` and its exit status, and the linker cache, in `---`-separated parts.
+pub const GPU_SCRIPT: &str =
+    "ls /dev; echo ---; nvidia-smi -L; echo \"rc=$?\"; echo ---; ldconfig -p";
+
+/// A container's output of [`GPU_SCRIPT`].
+pub struct Printed(pub String);
+
+impl Printed {
+    /// The `n`th `---` part.
+    pub fn section(&self, n: usize) -> String {
+        self.0.split("---\n").nth(n).unwrap_or("").to_string()
+    }
+
+    /// Every `/dev/nvidia*` entry, sorted.
+    pub fn nvidia_nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = self
+            .section(0)
+            .lines()
+            .filter(|l| l.starts_with("nvidia"))
+            .map(String::from)
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// The `/dev/nvidia<N>` entries only, sorted.
+    pub fn gpu_nodes(&self) -> Vec<String> {
+        self.nvidia_nodes()
+            .into_iter()
+            .filter(|n| {
+                n.strip_prefix("nvidia")
+                    .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+            })
+            .collect()
+    }
+
+    /// `nvidia-smi -L`'s `GPU <i>: …` lines.
+    pub fn smi_lines(&self) -> Vec<String> {
+        self.section(1)
+            .lines()
+            .filter(|l| l.starts_with("GPU "))
+            .map(String::from)
+            .collect()
+    }
+}

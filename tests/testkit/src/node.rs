@@ -115,6 +115,17 @@ impl SimNode {
     pub fn lib_dir(&self) -> PathBuf {
         self.driver_root.join(driver::LIB_DIR)
     }
+
+    /// A rootfs builder whose result can run this node's `nvidia-smi` and mock NVML once a
+    /// runtime mounts them in: it carries the glibc libraries both link against.
+    pub fn container_rootfs(&self) -> crate::GlibcRootfs {
+        crate::GlibcRootfs::new()
+            .libraries_for(self.driver_root.join("usr/bin/nvidia-smi"))
+            .libraries_for(
+                self.lib_dir()
+                    .join(format!("libnvidia-ml.so.{}", self.library_version())),
+            )
+    }
 }
 
 fn prepare_dir(dir: &Path) -> Result<(), TestkitError> {

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use nvshim_testkit::{Artifacts, GlibcRootfs, MOCK_CONFIG_FILE, NodeSpec, SimNode, runc_bundle};
+use nvshim_testkit::{Artifacts, MOCK_CONFIG_FILE, NodeSpec, SimNode, runc_bundle};
 
 const USAGE: &str = "usage: nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V] \
                      [--bundle B [--env K=V]... [--cmd SHELL-COMMAND]]";
@@ -130,12 +130,7 @@ fn write_bundle(node: &SimNode, bundle: &Path, args: &Args) -> Result<(), String
         std::fs::remove_dir_all(&rootfs)
             .map_err(|e| format!("removing {}: {e}", rootfs.display()))?;
     }
-    GlibcRootfs::new()
-        .libraries_for(node.driver_root.join("usr/bin/nvidia-smi"))
-        .libraries_for(
-            node.lib_dir()
-                .join(format!("libnvidia-ml.so.{}", node.library_version())),
-        )
+    node.container_rootfs()
         .build(&rootfs)
         .map_err(|e| chain(&e))?;
     let mut env = vec![
