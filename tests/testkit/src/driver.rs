@@ -224,7 +224,7 @@ fn link_stubs(object: &Path, stubs: &[(PathBuf, String)]) -> Result<(), TestkitE
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let line = describe(&cmd);
+        let line = crate::rootfs::describe(&cmd);
         let child = cmd.spawn().map_err(|source| TestkitError::Spawn {
             command: line.clone(),
             source,
@@ -305,31 +305,7 @@ fn bind_socket(path: &Path) -> Result<(), TestkitError> {
     Ok(())
 }
 
-fn describe(cmd: &Command) -> String {
-    let mut line = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        line.push(' ');
-        line.push_str(&arg.to_string_lossy());
-    }
-    line
-}
-
 /// Runs `cmd` to completion; a non-zero exit becomes [`TestkitError::CommandFailed`] with stderr.
 pub(crate) fn run(cmd: &mut Command) -> Result<(), TestkitError> {
-    let line = describe(cmd);
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| TestkitError::Spawn {
-            command: line.clone(),
-            source,
-        })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(TestkitError::CommandFailed {
-        command: line,
-        status: out.status.to_string(),
-        stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-    })
+    crate::rootfs::output(cmd).map(drop)
 }
