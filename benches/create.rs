@@ -54,16 +54,8 @@ impl Bundle {
 }
 
 fn config(dir: &Path, node: &SimNode, runtime: &str, name: &str) -> PathBuf {
-    let d = node.dir.display();
     let path = dir.join(name);
-    fs::write(
-        &path,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"{runtime}\"]\n\n[nvshim]\nproc-root = \"{d}\"\n"
-        ),
-    )
-    .unwrap();
+    fs::write(&path, node.runtime_config(runtime, None)).unwrap();
     path
 }
 

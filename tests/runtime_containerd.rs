@@ -31,16 +31,8 @@ fn text(out: &Output) -> (String, String) {
 fn ctr_run_with_our_runtime_as_the_runc_binary() {
     let node = node(&NodeSpec::standard(4));
     let dir = tempfile::tempdir().unwrap();
-    let d = node.sim.dir.display();
     let config = dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"runc\"]\n\n[nvshim]\nproc-root = \"{d}\"\n"
-        ),
-    )
-    .unwrap();
+    fs::write(&config, node.sim.runtime_config("runc", None)).unwrap();
     let containerd = Containerd::start_with_env(
         &dir.path().join("ctd"),
         &[("NVIDIA_CTK_CONFIG_FILE_PATH", config.to_str().unwrap())],

@@ -32,14 +32,9 @@ fn host() -> Host {
     let runc = dir.path().join("fake-runc");
     fs::write(&runc, "#!/bin/sh\nexit 0\n").unwrap();
     fs::set_permissions(&runc, fs::Permissions::from_mode(0o755)).unwrap();
-    let d = node.sim.dir.display();
     fs::write(
         dir.path().join("config.toml"),
-        format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"{}\"]\n\n[nvshim]\nproc-root = \"{d}\"\n",
-            runc.display()
-        ),
+        node.sim.runtime_config(runc.to_str().unwrap(), None),
     )
     .unwrap();
     Host { node, dir }

@@ -32,18 +32,9 @@ struct Docker {
 fn docker(extra: serde_json::Value) -> Docker {
     let node = node(&NodeSpec::standard(4));
     let dir = tempfile::tempdir().unwrap();
-    let d = node.sim.dir.display();
     let config = dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"runc\"]\ndebug = \"{}\"\nlog-level = \"debug\"\n\n\
-             [nvshim]\nproc-root = \"{d}\"\n",
-            dir.path().join("runtime.log").display()
-        ),
-    )
-    .unwrap();
+    let log = dir.path().join("runtime.log");
+    fs::write(&config, node.sim.runtime_config("runc", Some(&log))).unwrap();
     // dockerd offers --gpus only when the hook is on its PATH.
     let bin = dir.path().join("bin");
     fs::create_dir_all(&bin).unwrap();

@@ -31,15 +31,10 @@ fn setup() -> E2e {
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
     node.sim.container_rootfs().build(&rootfs).unwrap();
-    let d = node.sim.dir.display();
+    let log = dir.path().join("runtime.log");
     fs::write(
         dir.path().join("config.toml"),
-        format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"runc\"]\ndebug = \"{}\"\nlog-level = \"debug\"\n\n\
-             [nvshim]\nproc-root = \"{d}\"\n",
-            dir.path().join("runtime.log").display()
-        ),
+        node.sim.runtime_config("runc", Some(&log)),
     )
     .unwrap();
     E2e { node, dir, rootfs }

@@ -34,14 +34,8 @@ impl Host {
         )
         .unwrap();
         fs::set_permissions(&runc, fs::Permissions::from_mode(0o755)).unwrap();
-        let d = node.sim.dir.display();
-        let config = format!(
-            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
-             [nvidia-container-runtime]\nruntimes = [\"{}\"]\ndebug = \"{}\"\nlog-level = \"debug\"\n\n\
-             [nvshim]\nproc-root = \"{d}\"\n",
-            runc.display(),
-            dir.path().join("runtime.log").display()
-        );
+        let log = dir.path().join("runtime.log");
+        let config = node.sim.runtime_config(runc.to_str().unwrap(), Some(&log));
         fs::write(dir.path().join("config.toml"), config).unwrap();
         Host { node, dir }
     }

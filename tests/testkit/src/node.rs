@@ -116,6 +116,21 @@ impl SimNode {
         self.driver_root.join(driver::LIB_DIR)
     }
 
+    /// The text of an `nvidia-container-runtime` config.toml pointing at this node: the driver
+    /// root, dev root and proc root, `runtime` as the low-level runtime, and a debug log to
+    /// `debug_log` when given.
+    pub fn runtime_config(&self, runtime: &str, debug_log: Option<&Path>) -> String {
+        let d = self.dir.display();
+        let log = debug_log.map_or(String::new(), |p| {
+            format!("debug = \"{}\"\nlog-level = \"debug\"\n", p.display())
+        });
+        format!(
+            "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\n\
+             [nvidia-container-runtime]\nruntimes = [\"{runtime}\"]\n{log}\n\
+             [nvshim]\nproc-root = \"{d}\"\n"
+        )
+    }
+
     /// A rootfs builder whose result can run this node's `nvidia-smi` and mock NVML once a
     /// runtime mounts them in: it carries the glibc libraries both link against.
     pub fn container_rootfs(&self) -> crate::GlibcRootfs {
