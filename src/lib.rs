@@ -48,6 +48,7 @@ pub mod pipeline;
 pub mod runtime;
 
 pub mod hook;
+pub mod plugin;
 
 pub mod cli;
 pub mod logging;

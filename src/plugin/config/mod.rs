@@ -1,0 +1,144 @@
+//! The plugin's settings: NVIDIA's flags, env vars and YAML config file (`version: v1`),
+//! resolved once with the precedence flag > env > file > default into an immutable
+//! [`Settings`]. Unlike NVIDIA's plugin, unknown keys and bad values are errors.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Default kubelet registration socket.
+pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
+/// Default directory for our own sockets.
+pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The XIDs NVIDIA's plugin treats as application errors, not GPU faults.
+pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigStrategy {
+    #[default]
+    None,
+    Single,
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceListStrategy {
+    Envvar,
+    VolumeMounts,
+    CdiAnnotations,
+    CdiCri,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceIdStrategy {
+    #[default]
+    Uuid,
+    Index,
+}
+
+/// `sharing.timeSlicing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimeSlicing {
+    pub rename_by_default: bool,
+    pub fail_requests_greater_than_one: bool,
+    /// Non-empty; each `replicas >= 2`.
+    pub resources: Vec<SharedResource>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SharedResource {
+    /// The resource to share, e.g. `nvidia.com/gpu`.
+    pub name: String,
+    pub replicas: u32,
+}
+
+/// Which XIDs mark a device unhealthy (`DP_DISABLE_HEALTHCHECKS`,
+/// `DP_ENABLE_HEALTHCHECKS`). An XID is fatal when
+/// `enable_all || enabled.contains(xid) || (!disable_all && !ignored.contains(xid))`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthChecks {
+    /// `DP_DISABLE_HEALTHCHECKS=all` (or `xids`).
+    pub disable_all: bool,
+    /// [`DEFAULT_IGNORED_XIDS`] plus the numbers listed in `DP_DISABLE_HEALTHCHECKS`.
+    pub ignored: BTreeSet<u64>,
+    /// `DP_ENABLE_HEALTHCHECKS=all`.
+    pub enable_all: bool,
+    /// Numbers listed in `DP_ENABLE_HEALTHCHECKS`: always fatal.
+    pub enabled: BTreeSet<u64>,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        Self {
+            disable_all: false,
+            ignored: DEFAULT_IGNORED_XIDS.into_iter().collect(),
+            enable_all: false,
+            enabled: BTreeSet::new(),
+        }
+    }
+}
+
+impl HealthChecks {
+    /// Whether an XID marks its device unhealthy.
+    pub fn is_fatal(&self, xid: u64) -> bool {
+        self.enable_all
+            || self.enabled.contains(&xid)
+            || (!self.disable_all && !self.ignored.contains(&xid))
+    }
+}
+
+/// Everything the plugin runs with, resolved once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    pub mig_strategy: MigStrategy,
+    pub fail_on_init_error: bool,
+    /// `--nvidia-driver-root`, default `/`.
+    pub driver_root: PathBuf,
+    /// `--dev-root`; falls back to the driver root.
+    pub dev_root: PathBuf,
+    pub pass_device_specs: bool,
+    /// Non-empty, no duplicates, in the order given.
+    pub device_list_strategies: Vec<DeviceListStrategy>,
+    pub device_id_strategy: DeviceIdStrategy,
+    /// `--cdi-annotation-prefix`, default `cdi.k8s.io/`.
+    pub cdi_annotation_prefix: String,
+    /// `--kubelet-socket`; `None` (given as `""`) serves without registering.
+    pub kubelet_socket: Option<PathBuf>,
+    /// Where our own sockets go: `--socket-dir`, default the kubelet socket's directory.
+    pub socket_dir: PathBuf,
+    pub time_slicing: Option<TimeSlicing>,
+    pub health_checks: HealthChecks,
+    /// `--health-addr`: serve `/healthz` and `/readyz` here (off when `None`).
+    pub health_addr: Option<SocketAddr>,
+    /// `--nvml-lib`: an explicit `libnvidia-ml.so.1`.
+    pub nvml_library: Option<PathBuf>,
+    /// The config file the settings came from, if any (re-read on SIGHUP).
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            mig_strategy: MigStrategy::None,
+            fail_on_init_error: true,
+            driver_root: PathBuf::from("/"),
+            dev_root: PathBuf::from("/"),
+            pass_device_specs: false,
+            device_list_strategies: vec![DeviceListStrategy::Envvar],
+            device_id_strategy: DeviceIdStrategy::Uuid,
+            cdi_annotation_prefix: "cdi.k8s.io/".to_string(),
+            kubelet_socket: Some(PathBuf::from(KUBELET_SOCKET)),
+            socket_dir: PathBuf::from(DEVICE_PLUGIN_DIR),
+            time_slicing: None,
+            health_checks: HealthChecks::default(),
+            health_addr: None,
+            nvml_library: None,
+            config_file: None,
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The kubelet device plugin behind `nvidia-device-plugin`.
+//!
+//! It advertises the node's GPUs (or MIG devices, or time-sliced replicas of them) to
+//! kubelet over the v1beta1 device-plugin API and answers `Allocate` with what our
+//! runtime turns into GPUs (by default `NVIDIA_VISIBLE_DEVICES`). The pieces, in order:
+//!
+//! ```text
+//! config      flags > env > YAML file > defaults → Settings (immutable)
+//! resources   Inventory × Settings → Vec<Resource> (device ids, replicas, MIG, NUMA)
+//! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
+//! allocate    ids → what the container gets, by device-list strategy
+//! preferred   GetPreferredAllocation over a topology cached at start
+//! api         the generated kubelet gRPC types and services
+//! server      the DevicePlugin service, serving, registration, kubelet restarts
+//! ```
+//!
+//! Only `server` knows about gRPC and tokio; everything above it is plain data and
+//! functions, tested without a socket.
+
+pub mod config;
+pub mod health;
+pub mod resources;
