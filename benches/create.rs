@@ -22,7 +22,12 @@ use std::time::{Duration, Instant};
 
 use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
 
-const RUNTIME: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime");
+/// `$NVSHIM_BENCH_RUNTIME` (`make bench` sets it to the static build packages install)
+/// or cargo's build of the runtime.
+fn runtime() -> String {
+    std::env::var("NVSHIM_BENCH_RUNTIME")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime").to_string())
+}
 
 fn rounds() -> usize {
     std::env::var("NVSHIM_BENCH_ROUNDS")
@@ -134,6 +139,8 @@ fn main() {
             .status();
     };
 
+    let runtime = runtime();
+    let runtime = runtime.as_str();
     let names = [
         "runc create, GPU bundle (no injection)",
         "nvidia-container-runtime create, 8 GPUs",
@@ -149,14 +156,14 @@ fn main() {
         let a = time(&mut create("runc", &with_runc, &gpu, "runc-gpu"));
         delete("runc-gpu");
         gpu.reset();
-        let b = time(&mut create(RUNTIME, &with_runc, &gpu, "ours-gpu"));
+        let b = time(&mut create(runtime, &with_runc, &gpu, "ours-gpu"));
         delete("ours-gpu");
         let c = time(&mut create("runc", &with_runc, &plain, "runc-plain"));
         delete("runc-plain");
-        let d = time(&mut create(RUNTIME, &with_runc, &plain, "ours-plain"));
+        let d = time(&mut create(runtime, &with_runc, &plain, "ours-plain"));
         delete("ours-plain");
         gpu.reset();
-        let e = time(&mut create(RUNTIME, &with_true, &gpu, "noop"));
+        let e = time(&mut create(runtime, &with_true, &gpu, "noop"));
         let f = time(&mut Command::new("/bin/true"));
         // The first round warms caches and is not counted.
         if round > 0 {
@@ -167,7 +174,8 @@ fn main() {
     }
 
     let medians: Vec<Duration> = samples.iter_mut().map(|s| median(s)).collect();
-    println!("create, {n} interleaved rounds, simulated 8-GPU node (compute,utility)\n");
+    println!("create, {n} interleaved rounds, simulated 8-GPU node (compute,utility)");
+    println!("runtime: {runtime}\n");
     println!(
         "| {:<46} | {:>9} | {:>9} | {:>9} |",
         "what", "median", "p10", "p90"

@@ -51,6 +51,7 @@ fn run(backend: Backend) -> pipeline::Plan {
             backend,
             nvml_library: None,
         },
+        nvml: pipeline::NvmlAccess::InProcess,
     };
     let request = Request::new(DeviceList::All, DriverCapabilities::all());
     pipeline::plan(&ctx, &request).expect("plan")

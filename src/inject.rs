@@ -10,6 +10,7 @@
 //! the wrong JSON type is an error naming its JSON pointer, never overwritten.
 
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 use crate::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
 
@@ -67,9 +68,14 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
         let linux = object_at(root, "linux", "/linux")?;
         {
             let devices = array_at(linux, "devices", "/linux/devices")?;
-            for node in &edits.device_nodes {
-                devices
-                    .retain(|d| d.get("path").and_then(Value::as_str) != Some(node.path.as_str()));
+            let nodes = last_by_key(&edits.device_nodes, |n| n.path.as_str());
+            let paths: HashSet<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
+            devices.retain(|d| {
+                d.get("path")
+                    .and_then(Value::as_str)
+                    .is_none_or(|p| !paths.contains(p))
+            });
+            for node in nodes {
                 devices.push(device_entry(node));
                 applied.device_nodes += 1;
             }
@@ -87,10 +93,14 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
 
     if !edits.mounts.is_empty() {
         let mounts = array_at(root, "mounts", "/mounts")?;
-        for mount in &edits.mounts {
-            mounts.retain(|m| {
-                m.get("destination").and_then(Value::as_str) != Some(mount.container_path.as_str())
-            });
+        let ours = last_by_key(&edits.mounts, |m| m.container_path.as_str());
+        let destinations: HashSet<&str> = ours.iter().map(|m| m.container_path.as_str()).collect();
+        mounts.retain(|m| {
+            m.get("destination")
+                .and_then(Value::as_str)
+                .is_none_or(|d| !destinations.contains(d))
+        });
+        for mount in ours {
             mounts.push(mount_entry(mount));
             applied.mounts += 1;
         }
@@ -120,6 +130,17 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
         }
     }
     Ok(applied)
+}
+
+/// The items whose key is not repeated later in `items`, in order: an edit replaces
+/// the spec's entry with the same path, and a later edit replaces an earlier one.
+/// One pass with a set instead of a scan of the spec per edit (the runtime applies
+/// ~60 mounts to specs that already have ~10, on every GPU container start).
+fn last_by_key<T>(items: &[T], key: impl Fn(&T) -> &str) -> Vec<&T> {
+    let mut seen = HashSet::new();
+    let mut out: Vec<&T> = items.iter().rev().filter(|i| seen.insert(key(i))).collect();
+    out.reverse();
+    out
 }
 
 /// Removes the `prestart` hooks dockerd adds for `--gpus` (by basename, as NVIDIA's

@@ -25,6 +25,22 @@ use crate::select::{self, Facts, GpuFacts, Selection};
 pub struct Context {
     pub roots: Roots,
     pub source: Source,
+    /// Whether this process may load NVML.
+    pub nvml: NvmlAccess,
+}
+
+/// Whether the planning process may load `libnvidia-ml.so.1` itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NvmlAccess {
+    /// dlopen NVML here when the request needs it.
+    #[default]
+    InProcess,
+    /// Never load NVML here: a request that needs it fails with
+    /// [`PipelineError::NeedsNvml`] before anything is written, and the caller hands
+    /// it to a process that may. The runtime is a static binary for start-up speed,
+    /// and a static glibc program must not dlopen a library linked against the
+    /// host's shared glibc.
+    Elsewhere,
 }
 
 /// The outcome of planning one request; `nvshim list --json` prints this.
@@ -51,6 +67,8 @@ pub enum PipelineError {
     Select(#[from] select::SelectError),
     #[error(transparent)]
     Discover(#[from] discover::DiscoverError),
+    #[error("this request needs NVML ({reason}) and this process does not load it")]
+    NeedsNvml { reason: &'static str },
     #[error("{what} is needed for {needed_for} but {}", detail.as_deref().unwrap_or("does not exist on the host"))]
     MissingRequired {
         what: String,
@@ -158,22 +176,36 @@ pub fn load_inventory(
 ) -> Result<(Backend, Inventory), PipelineError> {
     let devices = &request.devices;
     let load = |backend| {
+        if backend == Backend::Nvml && ctx.nvml == NvmlAccess::Elsewhere {
+            let reason = if names_mig(devices) {
+                "MIG devices are named"
+            } else if !request.requirements.is_empty() {
+                "NVIDIA_REQUIRE_* checks the CUDA version or GPU architecture"
+            } else if ctx.source.backend == Backend::Nvml {
+                "the inventory backend is nvml"
+            } else {
+                "MIG instances exist and all GPUs were requested"
+            };
+            return Err(PipelineError::NeedsNvml { reason });
+        }
         let source = Source {
             backend,
             ..ctx.source.clone()
         };
-        inventory::load(&ctx.roots, &source).map(|inv| (backend, inv))
+        inventory::load(&ctx.roots, &source)
+            .map(|inv| (backend, inv))
+            .map_err(PipelineError::from)
     };
     match ctx.source.backend {
-        Backend::Procfs => Ok(load(Backend::Procfs)?),
-        Backend::Nvml => Ok(load(Backend::Nvml)?),
+        Backend::Procfs => load(Backend::Procfs),
+        Backend::Nvml => load(Backend::Nvml),
         Backend::Auto if names_mig(devices) || !request.requirements.is_empty() => {
-            Ok(load(Backend::Nvml)?)
+            load(Backend::Nvml)
         }
         Backend::Auto => {
             let (backend, inventory) = load(Backend::Procfs)?;
             if *devices == DeviceList::All && has_mig_instances(&ctx.roots, &inventory) {
-                return Ok(load(Backend::Nvml)?);
+                return load(Backend::Nvml);
             }
             Ok((backend, inventory))
         }
@@ -246,6 +278,7 @@ pub fn context(config: &Config) -> Context {
             backend: Backend::Auto,
             nvml_library: None,
         },
+        nvml: NvmlAccess::InProcess,
     }
 }
 

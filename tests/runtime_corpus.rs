@@ -50,7 +50,7 @@ impl Host {
     }
 
     fn create(&self, bundle: &Path) {
-        let out = Command::new(env!("CARGO_BIN_EXE_nvidia-container-runtime"))
+        let out = Command::new(common::runtime_bin())
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env(

@@ -90,7 +90,7 @@ impl E2e {
             "options": ["ro", "bind"],
         }));
         fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_nvidia-container-runtime"))
+        let out = Command::new(common::runtime_bin())
             .env_clear()
             .env(
                 "PATH",

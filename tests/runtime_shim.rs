@@ -87,12 +87,7 @@ impl Host {
     }
 
     fn runtime(&self, args: &[&str]) -> Output {
-        self.run(
-            env!("CARGO_BIN_EXE_nvidia-container-runtime"),
-            args,
-            self.dir.path(),
-            None,
-        )
+        self.run(&common::runtime_bin(), args, self.dir.path(), None)
     }
 
     fn runc_argv(&self) -> Option<Vec<String>> {
@@ -362,7 +357,7 @@ fn parallel_creates_all_succeed_and_log_intact_lines() {
     let children: Vec<_> = bundles
         .iter()
         .map(|b| {
-            Command::new(env!("CARGO_BIN_EXE_nvidia-container-runtime"))
+            Command::new(common::runtime_bin())
                 .env_clear()
                 .env("PATH", "/usr/bin:/bin")
                 .env(
@@ -478,4 +473,67 @@ fn the_hook_is_a_no_op_after_the_runtime_and_explains_itself_without_it() {
             .status
             .success()
     );
+}
+
+/// The runtime binary never loads NVML: a request that needs it (here a met
+/// `NVIDIA_REQUIRE_CUDA`) is handed to `nvshim runtime` next to it, which injects and
+/// execs runc with the very same argv. Without the helper, the create fails and says why.
+#[test]
+fn requests_needing_nvml_go_through_the_nvshim_helper() {
+    let host = Host::new(2);
+    let env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=11.0"];
+    let bundle = host.bundle("require", "containerd.json", &env);
+    let args = [
+        "--root",
+        "/tmp/r",
+        "create",
+        "-b",
+        bundle.to_str().unwrap(),
+        "c",
+    ];
+    let out = host.runtime(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "runc ran: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(host.runc_argv().unwrap(), args);
+    // The same devices as the same request without the requirement, planned in process.
+    let plain = host.bundle("plain", "containerd.json", &env[..1]);
+    let out = host.runtime(&["create", "-b", plain.to_str().unwrap(), "c"]);
+    assert_eq!(out.status.code(), Some(7));
+    let nodes = |b: &Path| spec(b)["linux"]["devices"].clone();
+    assert_eq!(nodes(&bundle), nodes(&plain));
+    assert_eq!(
+        nodes(&bundle).as_array().map(Vec::len),
+        Some(4),
+        "{}",
+        nodes(&bundle)
+    );
+    let calls = fs::read_to_string(&host.node.sim.call_log).unwrap_or_default();
+    assert!(calls.contains("nvmlInit"), "NVML was used: {calls}");
+
+    // The same binary alone in a directory: no helper to hand the request to.
+    let lonely = host.dir.path().join("lonely");
+    fs::create_dir_all(&lonely).unwrap();
+    let copy = lonely.join("nvidia-container-runtime");
+    fs::copy(common::runtime_bin(), &copy).unwrap();
+    let bundle = host.bundle("require-lonely", "containerd.json", &env);
+    let before = fs::read(bundle.join("config.json")).unwrap();
+    let _ = fs::remove_file(host.dir.path().join("runc-argv"));
+    let out = host.run(
+        copy.to_str().unwrap(),
+        &["create", "-b", bundle.to_str().unwrap(), "c"],
+        host.dir.path(),
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("needs NVML") && stderr.contains("lonely/nvshim"),
+        "{stderr}"
+    );
+    assert!(host.runc_argv().is_none(), "runc must not run");
+    assert_eq!(fs::read(bundle.join("config.json")).unwrap(), before);
 }

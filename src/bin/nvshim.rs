@@ -1,13 +1,26 @@
 //! `nvshim`: the admin CLI. Parsing, logging, one library call, an exit code.
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 use nvshim::cli::{self, Cli};
 use nvshim::logging::{self, LogSettings};
+use nvshim::pipeline::NvmlAccess;
+use nvshim::runtime::entry;
 
 fn main() -> ExitCode {
+    // `nvshim runtime -- <runc argv>`: the runtime hands requests that need NVML here
+    // (see `runtime::entry`). Not a clap subcommand: runc's argv is passed through as is.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(OsStr::new(entry::NVML_HELPER_COMMAND)) {
+        let mut rest: Vec<_> = args.collect();
+        if rest.first().map(|a| a.as_os_str()) == Some(OsStr::new("--")) {
+            rest.remove(0);
+        }
+        return entry::main(rest, NvmlAccess::InProcess);
+    }
     let cli = Cli::parse();
     if let Err(e) = logging::init(&LogSettings {
         debug: cli.debug,

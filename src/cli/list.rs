@@ -34,6 +34,7 @@ pub fn run(host: &HostArgs, args: &ListArgs, out: &mut dyn Write) -> Result<(), 
     let ctx = Context {
         roots: host.roots(),
         source: host.source(),
+        nvml: pipeline::NvmlAccess::InProcess,
     };
     let plan = pipeline::plan(&ctx, &request)?;
     if args.json {

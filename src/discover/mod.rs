@@ -491,7 +491,12 @@ fn push_file(
     resolver: &Resolver<'_>,
     links: Vec<SymlinkEdit>,
 ) {
-    if out.files.iter().any(|f| f.path == path) {
+    // Byte comparison: resolved paths are normal, and `Path`'s `==` walks components.
+    if out
+        .files
+        .iter()
+        .any(|f| f.path.as_os_str() == path.as_os_str())
+    {
         return;
     }
     out.files.push(HostFile {

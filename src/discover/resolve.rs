@@ -7,6 +7,7 @@
 //! all of a driver's libraries share one or two.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -34,7 +35,9 @@ pub struct Resolved {
 
 pub struct Resolver<'a> {
     root: &'a Path,
-    dirs: HashMap<PathBuf, PathBuf>,
+    /// Resolved directories by their lexical path. Keyed by bytes: the paths are
+    /// already normal (from [`lexical`]), and hashing a `Path` walks its components.
+    dirs: HashMap<OsString, PathBuf>,
 }
 
 impl<'a> Resolver<'a> {
@@ -65,7 +68,7 @@ impl<'a> Resolver<'a> {
                     metadata,
                 }));
             };
-            let Some(parent) = self.resolve_dir(&parent.to_path_buf(), 0)? else {
+            let Some(parent) = self.resolve_dir(parent, 0)? else {
                 return Ok(None);
             };
             let candidate = parent.join(name);
@@ -96,8 +99,8 @@ impl<'a> Resolver<'a> {
     }
 
     /// Resolves a directory path, following links in every component.
-    fn resolve_dir(&mut self, dir: &PathBuf, depth: usize) -> io::Result<Option<PathBuf>> {
-        if let Some(done) = self.dirs.get(dir) {
+    fn resolve_dir(&mut self, dir: &Path, depth: usize) -> io::Result<Option<PathBuf>> {
+        if let Some(done) = self.dirs.get(dir.as_os_str()) {
             return Ok(Some(done.clone()));
         }
         if depth > MAX_LINKS {
@@ -109,7 +112,7 @@ impl<'a> Resolver<'a> {
         let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
             return Ok(Some(PathBuf::from("/")));
         };
-        let Some(parent_real) = self.resolve_dir(&parent.to_path_buf(), depth + 1)? else {
+        let Some(parent_real) = self.resolve_dir(parent, depth + 1)? else {
             return Ok(None);
         };
         let candidate = parent_real.join(name);
@@ -130,7 +133,7 @@ impl<'a> Resolver<'a> {
         } else {
             return Ok(None);
         };
-        self.dirs.insert(dir.clone(), real.clone());
+        self.dirs.insert(dir.as_os_str().to_owned(), real.clone());
         Ok(Some(real))
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::bundle::{Bundle, BundleError, SpecDoc};
 use crate::config::{Config, ConfigError};
 use crate::inject::{self, Applied, INJECTED_ANNOTATION, InjectError};
-use crate::pipeline::{self, PipelineError, context, inputs, policy};
+use crate::pipeline::{self, NvmlAccess, PipelineError, context, inputs, policy};
 use crate::request::{self, DeviceList, RequestError};
 use crate::rootfs::{Rootfs, RootfsError, linker};
 
@@ -45,8 +45,9 @@ pub enum CreateError {
     Rootfs(#[from] RootfsError),
 }
 
-/// Edits the bundle at `dir` for `config`.
-pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
+/// Edits the bundle at `dir` for `config`. With [`NvmlAccess::Elsewhere`] a request
+/// that needs NVML fails with [`PipelineError::NeedsNvml`] before anything is written.
+pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome, CreateError> {
     let bundle = Bundle::new(dir);
     let mut loaded = bundle.load()?;
     let request = request::build(&inputs(&loaded.doc), &policy(config)?)?;
@@ -57,7 +58,11 @@ pub fn prepare(dir: &Path, config: &Config) -> Result<Outcome, CreateError> {
         tracing::debug!(bundle = %dir.display(), "no GPU requested; config.json left untouched");
         return Ok(Outcome::Untouched);
     }
-    let plan = pipeline::plan(&context(config), &request)?;
+    let ctx = pipeline::Context {
+        nvml,
+        ..context(config)
+    };
+    let plan = pipeline::plan(&ctx, &request)?;
     for node in &plan.edits.device_nodes {
         tracing::debug!(path = %node.path, major = ?node.major, minor = ?node.minor, "inject device node");
     }

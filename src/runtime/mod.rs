@@ -4,11 +4,13 @@
 
 pub mod args;
 pub mod create;
+pub mod entry;
 pub mod lowlevel;
 
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
+use crate::pipeline::NvmlAccess;
 use args::Invocation;
 
 /// Prefix of every error the shim reports, as NVIDIA's does.
@@ -32,6 +34,7 @@ pub fn prepare(
     invocation: &Invocation,
     cwd: &Path,
     config: &Config,
+    nvml: NvmlAccess,
 ) -> Result<Option<create::Outcome>, RuntimeError> {
     if !invocation.creates_container() {
         return Ok(None);
@@ -40,5 +43,5 @@ pub fn prepare(
         Some(b) => cwd.join(b),
         None => cwd.to_path_buf(),
     };
-    Ok(Some(create::prepare(&dir, config)?))
+    Ok(Some(create::prepare(&dir, config, nvml)?))
 }

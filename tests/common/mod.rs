@@ -110,3 +110,10 @@ impl Printed {
             .collect()
     }
 }
+
+/// The runtime binary under test: `$NVSHIM_TEST_RUNTIME` (`make test` sets it to the
+/// static build packages install) or cargo's build of it.
+pub fn runtime_bin() -> String {
+    std::env::var("NVSHIM_TEST_RUNTIME")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime").to_string())
+}

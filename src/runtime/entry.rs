@@ -1,0 +1,113 @@
+//! The whole `nvidia-container-runtime` process: read runc's argv, prepare the bundle
+//! on `create`/`run`, then `exec` the low-level runtime. Front-end plumbing like
+//! `cli`: it initialises logging and writes the one error line a failure produces.
+//!
+//! The installed runtime binary is static (it starts about a millisecond sooner than a
+//! dynamically linked one, on every container start) and so never loads NVML: a request
+//! that needs NVML (MIG devices, `NVIDIA_REQUIRE_*`) is handed, before anything is
+//! written, to `nvshim runtime -- <argv>` next to it, which runs this same code with
+//! NVML allowed. One `exec`, no child process, only for those requests.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::args::{self, Invocation};
+use super::create::CreateError;
+use super::{ERROR_PREFIX, RuntimeError, lowlevel};
+use crate::config;
+use crate::logging::{self, LogSettings};
+use crate::pipeline::{NvmlAccess, PipelineError};
+
+/// The admin binary that runs requests needing NVML, next to the runtime binary.
+pub const NVML_HELPER: &str = "nvshim";
+/// Its subcommand: `nvshim runtime -- <runc argv>`.
+pub const NVML_HELPER_COMMAND: &str = "runtime";
+
+/// Runs the shim with runc's arguments (`argv[1..]`). Returns only on failure or
+/// when `exec` itself fails; success `exec`s the low-level runtime.
+pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
+    let lossy: Vec<String> = raw
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // A command line we cannot read is runc's to reject: pass it through.
+    let invocation = args::scan(&lossy).unwrap_or_default();
+    let fail = |message: String| fail(&invocation, &message);
+
+    let loaded = config::load(|key| std::env::var(key).ok());
+    let config = match (&loaded, invocation.creates_container()) {
+        (Ok(l), _) => l.config.clone(),
+        // `delete`, `kill`, `state` must keep working with a broken config file.
+        (Err(_), false) => config::Config::default(),
+        (Err(e), true) => return fail(format!("{ERROR_PREFIX}: {e}")),
+    };
+    let debug_file = &config.nvidia_container_runtime.debug;
+    let _ = logging::init(&LogSettings {
+        debug: false,
+        file: (!debug_file.as_os_str().is_empty()
+            && debug_file.as_path() != Path::new("/dev/null"))
+        .then(|| debug_file.clone()),
+        file_level: Some(config.nvidia_container_runtime.log_level.into()),
+        // Errors reach stderr (and runc's --log) once, from `fail`.
+        no_stderr: true,
+    });
+    if let Ok(l) = &loaded {
+        for key in &l.unknown_keys {
+            tracing::warn!(path = %l.path.display(), "unknown config key {key}, ignored");
+        }
+    }
+
+    let outcome = std::env::current_dir()
+        .map_err(RuntimeError::Cwd)
+        .and_then(|cwd| super::prepare(&invocation, &cwd, &config, nvml));
+    match outcome {
+        Ok(Some(outcome)) => tracing::info!(?outcome, "prepared bundle"),
+        Ok(None) => {}
+        Err(RuntimeError::Create(CreateError::Pipeline(PipelineError::NeedsNvml { reason }))) => {
+            let helper = nvml_helper();
+            tracing::debug!(reason, helper = %helper.display(), "handing the request to the NVML helper");
+            let mut argv = vec![OsString::from(NVML_HELPER_COMMAND), OsString::from("--")];
+            argv.extend(raw);
+            let err = lowlevel::exec(&helper, &argv);
+            return fail(format!(
+                "{ERROR_PREFIX}: this request needs NVML ({reason}), which runs in {}: {err}",
+                helper.display()
+            ));
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            return fail(format!("{ERROR_PREFIX}: {e}"));
+        }
+    }
+
+    let dirs = lowlevel::search_dirs(std::env::var_os("PATH").as_deref());
+    let self_exe = PathBuf::from("/proc/self/exe");
+    let runtimes = &config.nvidia_container_runtime.runtimes;
+    match lowlevel::find(runtimes, &dirs, &self_exe) {
+        Ok(runc) => {
+            let err = lowlevel::exec(&runc, &raw);
+            fail(format!("{ERROR_PREFIX}: {err}"))
+        }
+        Err(e) => fail(format!("{ERROR_PREFIX}: {e}")),
+    }
+}
+
+/// `nvshim` in the directory of the running binary.
+fn nvml_helper() -> PathBuf {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(NVML_HELPER)))
+        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(NVML_HELPER))
+}
+
+/// Reports a failure on stderr and, when runc was given `--log`, in runc's log format
+/// there too, so containerd and docker show it.
+fn fail(invocation: &Invocation, message: &str) -> ExitCode {
+    eprintln!("{message}");
+    if let Some(log) = &invocation.log {
+        let json = invocation.log_format.as_deref() == Some("json");
+        let _ = lowlevel::report(log, json, message);
+    }
+    ExitCode::FAILURE
+}
