@@ -7,6 +7,7 @@
 //! in the sysfs form `0000:07:00.0`, so a request resolves the same either way.
 //! Fields only NVML can know are `Option`s that procfs leaves `None`.
 
+pub mod nvlink;
 pub mod nvml;
 pub mod procfs;
 

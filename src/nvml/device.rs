@@ -53,6 +53,20 @@ pub struct PciInfo {
     pub pci_subsystem_id: u32,
 }
 
+impl PciInfo {
+    /// Reads NVML's struct (as `_v2`/`_v3` fill it) into owned fields.
+    pub(super) fn from_raw(raw: &ffi::PciInfo) -> PciInfo {
+        PciInfo {
+            bus_id: c_string(&raw.bus_id),
+            domain: raw.domain,
+            bus: raw.bus,
+            device: raw.device,
+            pci_device_id: raw.pci_device_id,
+            pci_subsystem_id: raw.pci_subsystem_id,
+        }
+    }
+}
+
 /// `nvmlDeviceGetMemoryInfo`, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryInfo {
@@ -80,14 +94,7 @@ impl<'a> Device<'a> {
     /// `nvmlDeviceGetPciInfo_v3`.
     pub fn pci_info(&self) -> Result<PciInfo, NvmlError> {
         let raw = self.out(&self.nvml.api.pci_info, ffi::PciInfo::default())?;
-        Ok(PciInfo {
-            bus_id: c_string(&raw.bus_id),
-            domain: raw.domain,
-            bus: raw.bus,
-            device: raw.device,
-            pci_device_id: raw.pci_device_id,
-            pci_subsystem_id: raw.pci_subsystem_id,
-        })
+        Ok(PciInfo::from_raw(&raw))
     }
 
     /// `nvmlDeviceGetMemoryInfo`.

@@ -9,6 +9,10 @@ use std::fmt;
 use super::ffi::{self, RawEventSet};
 use super::{Device, Nvml, NvmlError, Return};
 
+/// `nvmlEventTypeSingleBitEccError`: a corrected (single-bit) ECC error.
+pub const EVENT_TYPE_SINGLE_BIT_ECC_ERROR: u64 = 0x1;
+/// `nvmlEventTypeDoubleBitEccError`: an uncorrectable (double-bit) ECC error.
+pub const EVENT_TYPE_DOUBLE_BIT_ECC_ERROR: u64 = 0x2;
 /// `nvmlEventTypeXidCriticalError`: the event the device plugin's health check watches.
 pub const EVENT_TYPE_XID_CRITICAL_ERROR: u64 = 0x8;
 

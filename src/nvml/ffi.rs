@@ -95,3 +95,9 @@ pub(super) type EventSetCreateFn = unsafe extern "C" fn(*mut RawEventSet) -> Raw
 pub(super) type EventSetWaitFn =
     unsafe extern "C" fn(RawEventSet, *mut EventData, c_uint) -> RawReturn;
 pub(super) type EventSetFreeFn = unsafe extern "C" fn(RawEventSet) -> RawReturn;
+/// `(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)`; the enum is an
+/// `int`-sized C enum.
+pub(super) type NvLinkStateFn = unsafe extern "C" fn(RawDevice, c_uint, *mut c_uint) -> RawReturn;
+/// `(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)`, the `_v2` layout.
+pub(super) type NvLinkRemotePciFn =
+    unsafe extern "C" fn(RawDevice, c_uint, *mut PciInfo) -> RawReturn;

@@ -15,13 +15,15 @@
 //! into `Result`s. It never panics and never prints.
 //!
 //! This file loads the library and holds its function table; `ffi` has the C types,
-//! `error` the return codes and [`NvmlError`], `device` and `events` the safe wrappers.
+//! `error` the return codes and [`NvmlError`], `device`, `events` and `nvlink` the safe
+//! wrappers.
 #![allow(unsafe_code)]
 
 mod device;
 mod error;
 mod events;
 mod ffi;
+mod nvlink;
 
 use std::ffi::{CStr, CString, c_char, c_uint};
 use std::fmt;
@@ -33,7 +35,11 @@ use ffi::{RawDevice, RawReturn};
 
 pub use device::{Device, MemoryInfo, PciInfo};
 pub use error::{NvmlError, Return};
-pub use events::{EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE};
+pub use events::{
+    EVENT_TYPE_DOUBLE_BIT_ECC_ERROR, EVENT_TYPE_SINGLE_BIT_ECC_ERROR,
+    EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE,
+};
+pub use nvlink::NVLINK_MAX_LINKS;
 
 /// A resolved (or missing) function: the name found, or the preferred name when none was.
 struct Sym<F> {
@@ -77,6 +83,8 @@ struct Api {
     event_set_create: Sym<ffi::EventSetCreateFn>,
     event_set_wait: Sym<ffi::EventSetWaitFn>,
     event_set_free: Sym<ffi::EventSetFreeFn>,
+    nvlink_state: Sym<ffi::NvLinkStateFn>,
+    nvlink_remote_pci: Sym<ffi::NvLinkRemotePciFn>,
 }
 
 /// Looks up the first of `names` that the library exports.
@@ -147,6 +155,9 @@ impl Api {
                 event_set_create: resolve(lib, &["nvmlEventSetCreate"]),
                 event_set_wait: resolve(lib, &["nvmlEventSetWait_v2", "nvmlEventSetWait"]),
                 event_set_free: resolve(lib, &["nvmlEventSetFree"]),
+                nvlink_state: resolve(lib, &["nvmlDeviceGetNvLinkState"]),
+                // Only `_v2`: the original call fills the older, shorter nvmlPciInfo_t.
+                nvlink_remote_pci: resolve(lib, &["nvmlDeviceGetNvLinkRemotePciInfo_v2"]),
             }
         }
     }

@@ -20,7 +20,8 @@ pub struct Config {
     pub gpus: Vec<GpuConfig>,
     #[serde(default)]
     pub xid_events: Vec<XidEventConfig>,
-    /// A file of `<uuid> <xid>` lines; lines appended to it become XID events.
+    /// A file of `<uuid> <xid>` lines (and the other lines README.md lists); lines appended
+    /// to it become events, or make a GPU disappear.
     #[serde(default)]
     pub event_file: Option<PathBuf>,
 }
@@ -40,6 +41,25 @@ pub struct GpuConfig {
     pub mig_mode: bool,
     #[serde(default)]
     pub mig_devices: Vec<MigConfig>,
+    /// The GPU's NVLinks, in link order; none means the GPU has no NVLink at all.
+    #[serde(default)]
+    pub nvlinks: Vec<NvLinkConfig>,
+}
+
+/// `count` consecutive links to the same remote device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLinkConfig {
+    /// The PCI address at the far end (another GPU, or an NVSwitch), any spelling.
+    pub remote_bus_id: String,
+    pub count: u32,
+    /// Whether these links are up; default true.
+    #[serde(default = "active_default")]
+    pub active: bool,
+}
+
+fn active_default() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -22,7 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use state::{Dev, Node, Ret, State, code};
+use state::{BusId, Dev, Node, Ret, State, code};
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the mock NVML encodes handles in 64-bit pointers");
@@ -35,9 +35,12 @@ const CALL_LOG_ENV: &str = "MOCK_NVML_CALL_LOG";
 
 static STATE: Mutex<State> = Mutex::new(State::new());
 
+/// The state, with the event file's `gone` and `wait-error` lines applied.
 fn state() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves consistent data (every update is one step).
-    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
+    state.refresh();
+    state
 }
 
 /// Runs `f` on the node, or answers `UNINITIALIZED` before `nvmlInit`.
@@ -164,18 +167,28 @@ fn c_array<const N: usize>(text: &str) -> [u8; N] {
 }
 
 fn pci_info(handle: RawDevice) -> Result<PciInfo, Ret> {
-    with_device(handle, |node, dev| {
-        let bus_id = node.gpu(dev).bus_id;
-        Ok(PciInfo {
-            bus_id_legacy: c_array(&bus_id.legacy()),
-            domain: bus_id.domain,
-            bus: bus_id.bus,
-            device: bus_id.device,
-            pci_device_id: PCI_DEVICE_ID,
-            pci_subsystem_id: PCI_SUBSYSTEM_ID,
-            bus_id: c_array(&bus_id.nvml()),
-        })
-    })
+    with_device(handle, |node, dev| Ok(pci_info_at(node.gpu(dev).bus_id)))
+}
+
+/// What NVML reports for the device at `bus_id`.
+fn pci_info_at(bus_id: BusId) -> PciInfo {
+    PciInfo {
+        bus_id_legacy: c_array(&bus_id.legacy()),
+        domain: bus_id.domain,
+        bus: bus_id.bus,
+        device: bus_id.device,
+        pci_device_id: PCI_DEVICE_ID,
+        pci_subsystem_id: PCI_SUBSYSTEM_ID,
+        bus_id: c_array(&bus_id.nvml()),
+    }
+}
+
+/// Link `link` of a GPU (MIG devices have no NVLink of their own).
+fn nvlink(node: &Node, dev: Dev, link: c_uint) -> Result<Option<state::NvLink>, Ret> {
+    match dev {
+        Dev::Mig(..) => Err(code::NOT_SUPPORTED),
+        Dev::Gpu(_) => node.gpu(dev).nvlink(link as usize),
+    }
 }
 
 /// `nvmlEventData_t` as `nvmlEventSetWait_v2` fills it.
@@ -269,7 +282,7 @@ nvml_exports! {
             }
             // SAFETY: non-NULL; NVML's contract makes it a NUL-terminated string.
             let uuid = unsafe { CStr::from_ptr(uuid) }.to_string_lossy();
-            node.by_uuid(&uuid).map(device_handle).ok_or(code::NOT_FOUND)
+            node.lookup_uuid(&uuid).map(device_handle)
         })?;
         // SAFETY: NVML's contract: `device` is NULL or points to an nvmlDevice_t.
         unsafe { put(device, handle) }
@@ -461,15 +474,27 @@ nvml_exports! {
     fn nvmlEventSetFree(set: RawEventSet) {
         state().free_event_set(set.addr())
     }
+
+    fn nvmlDeviceGetNvLinkState(device: RawDevice, link: c_uint, is_active: *mut c_uint) {
+        let value = with_device(device, |node, dev| {
+            Ok(nvlink(node, dev, link)?.is_some_and(|l| l.active))
+        })?;
+        // SAFETY: NVML's contract: `is_active` is NULL or points to an nvmlEnableState_t.
+        unsafe { put(is_active, c_uint::from(value)) }
+    }
+    fn nvmlDeviceGetNvLinkRemotePciInfo_v2(device: RawDevice, link: c_uint, pci: *mut c_void) {
+        let info = with_device(device, |node, dev| match nvlink(node, dev, link)? {
+            Some(l) if l.active => Ok(pci_info_at(l.remote)),
+            // A link that is down has no far end to describe.
+            _ => Err(code::NOT_SUPPORTED),
+        })?;
+        // SAFETY: NVML's contract: `pci` is NULL or points to an nvmlPciInfo_t.
+        unsafe { put(pci.cast::<PciInfo>(), info) }
+    }
 }
 
 fn handle_by_index(node: &Node, index: c_uint) -> Result<RawDevice, Ret> {
-    let index = index as usize;
-    if index < node.gpus.len() {
-        Ok(device_handle(Dev::Gpu(index)))
-    } else {
-        Err(code::INVALID_ARGUMENT)
-    }
+    node.by_index(index as usize).map(device_handle)
 }
 
 /// `nvmlErrorString`: NVML's descriptions, word for word. Works before init, like NVML's.

@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, GpuConfig, MigConfig, XidEventConfig};
+use crate::config::{Config, GpuConfig, MigConfig, NvLinkConfig, XidEventConfig};
 
 /// `nvmlReturn_t` values (nvml.h).
 pub mod code {
@@ -19,6 +19,7 @@ pub mod code {
     pub const INSUFFICIENT_SIZE: u32 = 7;
     pub const DRIVER_NOT_LOADED: u32 = 9;
     pub const TIMEOUT: u32 = 10;
+    pub const GPU_IS_LOST: u32 = 15;
     pub const UNKNOWN: u32 = 999;
 }
 
@@ -33,6 +34,11 @@ pub const SUPPORTED_EVENTS: u64 = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | 
 pub const NO_INSTANCE: u32 = 0xFFFF_FFFF;
 /// `nvmlDeviceGetMaxMigDeviceCount` on a GPU in MIG mode (seven 1g slices on an A100/H100).
 const MAX_MIG_DEVICES: usize = 7;
+/// `NVML_NVLINK_MAX_LINKS`: link numbers at or past it are `INVALID_ARGUMENT` on every GPU.
+pub const NVLINK_MAX_LINKS: usize = 18;
+/// How many links a GPU with NVLink has at least (an A100 has 12); links past a GPU's own
+/// count are `INVALID_ARGUMENT`, as on real GPUs.
+const NVLINK_MIN_LINKS: usize = 12;
 
 pub const CONFIG_ENV: &str = "MOCK_NVML_CONFIG";
 pub const DEV_ROOT_ENV: &str = "MOCK_NVML_DEV_ROOT";
@@ -93,6 +99,60 @@ pub struct Gpu {
     /// Whether MIG calls answer at all (A100/A30, Hopper and later, or whatever the
     /// config puts in MIG mode); other GPUs answer `NOT_SUPPORTED`, like a T4.
     pub mig_capable: bool,
+    /// One entry per NVLink, in link order (the config's entries expanded by `count`).
+    pub nvlinks: Vec<NvLink>,
+}
+
+/// One NVLink of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvLink {
+    pub remote: BusId,
+    pub active: bool,
+}
+
+impl Gpu {
+    /// Link `link` of this GPU: `NOT_SUPPORTED` without NVLink, `INVALID_ARGUMENT` past the
+    /// GPU's last link, `None` for an existing link that is not wired (down).
+    pub fn nvlink(&self, link: usize) -> Result<Option<NvLink>, Ret> {
+        if self.nvlinks.is_empty() {
+            return Err(code::NOT_SUPPORTED);
+        }
+        let links = self.nvlinks.len().clamp(NVLINK_MIN_LINKS, NVLINK_MAX_LINKS);
+        if link >= links {
+            return Err(code::INVALID_ARGUMENT);
+        }
+        Ok(self.nvlinks.get(link).copied())
+    }
+}
+
+/// The config's NVLink entries, one per link.
+fn expand_nvlinks(gpu: &GpuConfig) -> Result<Vec<NvLink>, String> {
+    let mut links = Vec::new();
+    for NvLinkConfig {
+        remote_bus_id,
+        count,
+        active,
+    } in &gpu.nvlinks
+    {
+        let remote = BusId::parse(remote_bus_id).ok_or_else(|| {
+            format!(
+                "GPU {} has an NVLink to {remote_bus_id:?}, not domain:bus:device.function",
+                gpu.uuid
+            )
+        })?;
+        links.extend((0..*count).map(|_| NvLink {
+            remote,
+            active: *active,
+        }));
+    }
+    if links.len() > NVLINK_MAX_LINKS {
+        return Err(format!(
+            "GPU {} has {} NVLinks; NVML numbers at most {NVLINK_MAX_LINKS}",
+            gpu.uuid,
+            links.len()
+        ));
+    }
+    Ok(links)
 }
 
 impl Gpu {
@@ -143,6 +203,8 @@ pub struct Node {
     pub cuda_driver_version: i32,
     /// Visible GPUs, in PCI bus order.
     pub gpus: Vec<Gpu>,
+    /// Per GPU: whether a `gone` line has made it disappear.
+    lost: Vec<bool>,
     xid_events: Vec<XidEventConfig>,
     event_file: Option<PathBuf>,
 }
@@ -181,6 +243,7 @@ impl Node {
                     gpu.uuid, gpu.bus_id
                 )
             })?;
+            let nvlinks = expand_nvlinks(&gpu)?;
             if !dev_root.join(format!("nvidia{}", gpu.minor)).exists() {
                 continue;
             }
@@ -193,20 +256,32 @@ impl Node {
                 config: gpu,
                 bus_id,
                 mig_capable,
+                nvlinks,
             });
         }
         gpus.sort_by_key(|gpu| gpu.bus_id);
         Ok(Node {
             driver_version: config.driver_version,
             cuda_driver_version: config.cuda_driver_version,
+            lost: vec![false; gpus.len()],
             gpus,
             xid_events: config.xid_events,
             event_file: config.event_file,
         })
     }
 
-    /// Decodes a handle; `INVALID_ARGUMENT` for anything we did not hand out.
+    /// Decodes a handle; `INVALID_ARGUMENT` for anything we did not hand out and
+    /// `GPU_IS_LOST` for a GPU (or MIG device of one) that is gone.
     pub fn device(&self, handle: usize) -> Result<Dev, Ret> {
+        let dev = self.decode(handle)?;
+        if self.is_lost(dev) {
+            return Err(code::GPU_IS_LOST);
+        }
+        Ok(dev)
+    }
+
+    /// Decodes a handle, lost or not.
+    fn decode(&self, handle: usize) -> Result<Dev, Ret> {
         if handle & TAG_MASK != DEVICE_TAG {
             return Err(code::INVALID_ARGUMENT);
         }
@@ -220,6 +295,34 @@ impl Node {
         }
     }
 
+    /// Whether `dev`'s GPU has disappeared (a `gone` line in the event file).
+    pub fn is_lost(&self, dev: Dev) -> bool {
+        self.lost.get(dev.gpu()).copied().unwrap_or(false)
+    }
+
+    /// `nvmlDeviceGetHandleByIndex`: the GPU at `index`; `GPU_IS_LOST` once it is gone
+    /// (the indices of the others do not move, as with the real driver).
+    pub fn by_index(&self, index: usize) -> Result<Dev, Ret> {
+        if index >= self.gpus.len() {
+            return Err(code::INVALID_ARGUMENT);
+        }
+        let dev = Dev::Gpu(index);
+        if self.is_lost(dev) {
+            return Err(code::GPU_IS_LOST);
+        }
+        Ok(dev)
+    }
+
+    /// `nvmlDeviceGetHandleByUUID`: `NOT_FOUND` for an unknown UUID, `GPU_IS_LOST` for one
+    /// that is gone.
+    pub fn lookup_uuid(&self, uuid: &str) -> Result<Dev, Ret> {
+        let dev = self.by_uuid(uuid).ok_or(code::NOT_FOUND)?;
+        if self.is_lost(dev) {
+            return Err(code::GPU_IS_LOST);
+        }
+        Ok(dev)
+    }
+
     pub fn gpu(&self, dev: Dev) -> &Gpu {
         // `dev` came from `device` or `by_uuid`, so the index is in range.
         &self.gpus[dev.gpu()]
@@ -229,7 +332,7 @@ impl Node {
         self.gpus.get(gpu)?.mig_devices().get(mig)
     }
 
-    /// A GPU or MIG device by UUID, among the visible ones.
+    /// A GPU or MIG device by UUID, among the visible ones, lost or not.
     pub fn by_uuid(&self, uuid: &str) -> Option<Dev> {
         self.gpus.iter().enumerate().find_map(|(g, gpu)| {
             if gpu.config.uuid == uuid {
@@ -286,6 +389,34 @@ impl Node {
     }
 }
 
+/// One parsed line of the event file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// `<uuid> <xid>`: an XID event.
+    Xid(String, u64),
+    /// `<uuid> dbe`: a double-bit ECC event.
+    DoubleBitEcc(String),
+    /// `<uuid> gone`: the GPU (the parent, for a MIG UUID) falls off the bus.
+    Gone(String),
+    /// `wait-error <code>`: the next `nvmlEventSetWait` of any set fails with `code`.
+    WaitError(u32),
+}
+
+impl Line {
+    fn parse(line: &str) -> Option<Line> {
+        let mut words = line.split_whitespace();
+        let (Some(first), Some(second), None) = (words.next(), words.next(), words.next()) else {
+            return None;
+        };
+        match (first, second) {
+            ("wait-error", code) => code.parse().ok().map(Line::WaitError),
+            (uuid, "gone") => Some(Line::Gone(uuid.to_string())),
+            (uuid, "dbe") => Some(Line::DoubleBitEcc(uuid.to_string())),
+            (uuid, xid) => xid.parse().ok().map(|xid| Line::Xid(uuid.to_string(), xid)),
+        }
+    }
+}
+
 /// An event ready to hand out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
@@ -315,6 +446,10 @@ pub struct State {
     node: Option<Node>,
     sets: BTreeMap<usize, EventSet>,
     next_set: usize,
+    /// How far [`State::refresh`] has read the event file (for `gone` and `wait-error`).
+    control_offset: u64,
+    /// Failures the next waits return, oldest first.
+    wait_errors: VecDeque<Ret>,
 }
 
 impl State {
@@ -324,6 +459,37 @@ impl State {
             node: None,
             sets: BTreeMap::new(),
             next_set: 1,
+            control_offset: 0,
+            wait_errors: VecDeque::new(),
+        }
+    }
+
+    /// Applies the event file's new `gone` and `wait-error` lines. These change the node for
+    /// every caller, so one reader (this one) takes them, once, before each call; the event
+    /// sets' own readers take the event lines.
+    pub fn refresh(&mut self) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        let Some(path) = node.event_file.clone() else {
+            return;
+        };
+        for line in read_new_lines(&path, &mut self.control_offset) {
+            match line {
+                Ok(Line::Gone(uuid)) => match node.by_uuid(&uuid) {
+                    Some(dev) => node.lost[dev.gpu()] = true,
+                    None => eprintln!(
+                        "nvshim-mock-nvml: ignoring \"{uuid} gone\" in {}: no visible GPU has that UUID",
+                        path.display()
+                    ),
+                },
+                Ok(Line::WaitError(code)) => self.wait_errors.push_back(code),
+                Ok(Line::Xid(..) | Line::DoubleBitEcc(..)) => {}
+                Err(line) => eprintln!(
+                    "nvshim-mock-nvml: ignoring line {line:?} in {}: expected \"<uuid> <xid>\", \"<uuid> dbe\", \"<uuid> gone\" or \"wait-error <code>\"",
+                    path.display()
+                ),
+            }
         }
     }
 
@@ -355,6 +521,8 @@ impl State {
         if self.refcount == 0 {
             self.node = None;
             self.sets.clear();
+            self.control_offset = 0;
+            self.wait_errors.clear();
         }
         code::SUCCESS
     }
@@ -409,21 +577,32 @@ impl State {
             .sets
             .get_mut(&set_id(set)?)
             .ok_or(code::INVALID_ARGUMENT)?;
+        if let Some(error) = self.wait_errors.pop_front() {
+            return Err(error);
+        }
         for (i, xid) in node.xid_events.iter().enumerate() {
             if set.delivered[i] || now < set.created + Duration::from_millis(xid.delay_ms) {
                 continue;
             }
             // Stays pending until its GPU is registered for XIDs.
-            if let Some(event) = xid_event(node, set, &xid.gpu_uuid, xid.xid) {
+            if let Some(event) = event(node, set, &xid.gpu_uuid, EVENT_XID, xid.xid) {
                 set.delivered[i] = true;
                 set.pending.push_back(event);
             }
         }
         if let Some(path) = &node.event_file {
-            for (uuid, xid) in read_new_lines(path, &mut set.file_offset) {
+            for line in read_new_lines(path, &mut set.file_offset) {
+                let due = match line {
+                    Ok(Line::Xid(uuid, xid)) => event(node, set, &uuid, EVENT_XID, xid),
+                    Ok(Line::DoubleBitEcc(uuid)) => {
+                        event(node, set, &uuid, EVENT_DOUBLE_BIT_ECC, 0)
+                    }
+                    // `refresh` takes these, and reports malformed lines.
+                    Ok(Line::Gone(_) | Line::WaitError(_)) | Err(_) => None,
+                };
                 // Lines for GPUs not registered (or not visible) are dropped, as NVML drops
                 // events nobody registered for.
-                if let Some(event) = xid_event(node, set, &uuid, xid) {
+                if let Some(event) = due {
                     set.pending.push_back(event);
                 }
             }
@@ -440,10 +619,12 @@ fn set_id(handle: usize) -> Result<usize, Ret> {
     }
 }
 
-/// An XID event on `uuid` (a GPU, or a MIG device of one) if its GPU is registered for XIDs.
-fn xid_event(node: &Node, set: &EventSet, uuid: &str, xid: u64) -> Option<Event> {
+/// An event of `event_type` on `uuid` (a GPU, or a MIG device of one) if its GPU is
+/// registered for that type. A lost GPU still delivers (XID 79 is how a GPU says it fell
+/// off the bus).
+fn event(node: &Node, set: &EventSet, uuid: &str, event_type: u64, data: u64) -> Option<Event> {
     let dev = node.by_uuid(uuid)?;
-    if set.registered.get(dev.gpu())? & EVENT_XID == 0 {
+    if set.registered.get(dev.gpu())? & event_type == 0 {
         return None;
     }
     let (gpu_instance_id, compute_instance_id) = match dev {
@@ -454,16 +635,16 @@ fn xid_event(node: &Node, set: &EventSet, uuid: &str, xid: u64) -> Option<Event>
     };
     Some(Event {
         device: Dev::Gpu(dev.gpu()),
-        event_type: EVENT_XID,
-        data: xid,
+        event_type,
+        data,
         gpu_instance_id,
         compute_instance_id,
     })
 }
 
-/// The complete `<uuid> <xid>` lines appended since `offset`, advancing it past them. A
-/// partial last line waits for its newline; a malformed line is reported and skipped.
-fn read_new_lines(path: &Path, offset: &mut u64) -> Vec<(String, u64)> {
+/// The complete lines appended since `offset`, parsed, advancing it past them; a malformed
+/// line comes back as its text. A partial last line waits for its newline.
+fn read_new_lines(path: &Path, offset: &mut u64) -> Vec<Result<Line, String>> {
     let Ok(mut file) = std::fs::File::open(path) else {
         return Vec::new();
     };
@@ -478,24 +659,7 @@ fn read_new_lines(path: &Path, offset: &mut u64) -> Vec<(String, u64)> {
     String::from_utf8_lossy(&bytes[..end])
         .lines()
         .filter(|line| !line.trim().is_empty())
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            let parsed = match (
-                words.next(),
-                words.next().map(str::parse::<u64>),
-                words.next(),
-            ) {
-                (Some(uuid), Some(Ok(xid)), None) => Some((uuid.to_string(), xid)),
-                _ => None,
-            };
-            if parsed.is_none() {
-                eprintln!(
-                    "nvshim-mock-nvml: ignoring line {line:?} in {}: expected \"<uuid> <xid>\"",
-                    path.display()
-                );
-            }
-            parsed
-        })
+        .map(|line| Line::parse(line).ok_or_else(|| line.to_string()))
         .collect()
 }
 
@@ -514,6 +678,7 @@ mod tests {
             compute_capability: (8, 0),
             mig_mode: false,
             mig_devices: Vec::new(),
+            nvlinks: Vec::new(),
         }
     }
 
@@ -605,7 +770,7 @@ mod tests {
             xid_events: Vec::new(),
             event_file: None,
         };
-        let node = Node::new(config, dev.path())?;
+        let mut node = Node::new(config, dev.path())?;
         for dev in [Dev::Gpu(0), Dev::Mig(0, 0)] {
             assert_eq!(node.device(dev.handle()), Ok(dev), "case {dev:?}");
         }
@@ -626,6 +791,16 @@ mod tests {
             "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
         );
         assert_eq!(node.by_uuid("MIG-0"), Some(Dev::Mig(0, 0)));
+        node.lost[0] = true;
+        for (case, got) in [
+            ("GPU handle", node.device(Dev::Gpu(0).handle())),
+            ("MIG handle", node.device(Dev::Mig(0, 0).handle())),
+            ("GPU by index", node.by_index(0)),
+            ("MIG by UUID", node.lookup_uuid("MIG-0")),
+        ] {
+            assert_eq!(got, Err(code::GPU_IS_LOST), "case lost {case}");
+        }
+        assert_eq!(node.lookup_uuid("GPU-x"), Err(code::NOT_FOUND));
         Ok(())
     }
 
@@ -640,14 +815,78 @@ mod tests {
         file.write_all(b"GPU-1 79\nGPU-2 4")?;
         assert_eq!(
             read_new_lines(&path, &mut offset),
-            [("GPU-1".to_string(), 79)]
+            [Ok(Line::Xid("GPU-1".to_string(), 79))]
         );
         file.write_all(b"8\nnot a line\n")?;
         assert_eq!(
             read_new_lines(&path, &mut offset),
-            [("GPU-2".to_string(), 48)]
+            [
+                Ok(Line::Xid("GPU-2".to_string(), 48)),
+                Err("not a line".to_string())
+            ]
         );
         assert_eq!(read_new_lines(&path, &mut offset), []);
+        Ok(())
+    }
+
+    #[test]
+    fn event_file_lines_parse() {
+        let cases = [
+            ("GPU-1 79", Some(Line::Xid("GPU-1".into(), 79))),
+            ("  MIG-1   94 ", Some(Line::Xid("MIG-1".into(), 94))),
+            ("GPU-1 dbe", Some(Line::DoubleBitEcc("GPU-1".into()))),
+            ("GPU-1 gone", Some(Line::Gone("GPU-1".into()))),
+            ("wait-error 999", Some(Line::WaitError(999))),
+            ("wait-error soon", None),
+            ("GPU-1", None),
+            ("GPU-1 79 80", None),
+            ("GPU-1 -1", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(Line::parse(line), want, "case {line:?}");
+        }
+    }
+
+    #[test]
+    fn nvlinks_expand_and_bound_link_numbers() -> Result<(), Box<dyn std::error::Error>> {
+        let dev = tempfile::tempdir()?;
+        for minor in [0, 1] {
+            std::fs::write(dev.path().join(format!("nvidia{minor}")), "")?;
+        }
+        let mut linked = gpu("GPU-0", "0:7:0.0", 0);
+        linked.nvlinks = vec![
+            NvLinkConfig {
+                remote_bus_id: "0000:0f:00.0".into(),
+                count: 2,
+                active: true,
+            },
+            NvLinkConfig {
+                remote_bus_id: "0000:47:00.0".into(),
+                count: 1,
+                active: false,
+            },
+        ];
+        let config = Config {
+            driver_version: "1".into(),
+            cuda_driver_version: 12040,
+            dev_root: None,
+            gpus: vec![linked, gpu("GPU-1", "0:f:0.0", 1)],
+            xid_events: Vec::new(),
+            event_file: None,
+        };
+        let node = Node::new(config, dev.path())?;
+        let link = |bus: &str, active| BusId::parse(bus).map(|remote| NvLink { remote, active });
+        let cases = [
+            ("first link", 0, 0, Ok(link("0:f:0.0", true))),
+            ("second link", 0, 1, Ok(link("0:f:0.0", true))),
+            ("inactive link", 0, 2, Ok(link("0:47:0.0", false))),
+            ("unwired link", 0, 11, Ok(None)),
+            ("past the GPU's links", 0, 12, Err(code::INVALID_ARGUMENT)),
+            ("no NVLink", 1, 0, Err(code::NOT_SUPPORTED)),
+        ];
+        for (case, gpu, link, want) in cases {
+            assert_eq!(node.gpus[gpu].nvlink(link), want, "case {case}");
+        }
         Ok(())
     }
 }

@@ -42,7 +42,7 @@ pub use driver::{
 };
 pub use engines::{Containerd, Dockerd, path_with_prefix};
 pub use error::TestkitError;
-pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockXidEvent};
+pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockNvLink, MockXidEvent};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
 pub use procfs::{capability_file, version_file};
 pub use rootfs::{

@@ -7,6 +7,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::error::TestkitError;
+use crate::files;
 use crate::spec::NodeSpec;
 
 /// The config file as the mock reads it.
@@ -32,6 +34,19 @@ pub struct MockGpu {
     pub compute_capability: [u32; 2],
     pub mig_mode: bool,
     pub mig_devices: Vec<MockMigDevice>,
+    /// The GPU's NVLinks, in link order. Left out of the file when empty (a GPU without
+    /// NVLink), so configs without links read exactly as before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<MockNvLink>,
+}
+
+/// `count` consecutive NVLinks of a GPU to the device at `remote_bus_id`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockNvLink {
+    /// NVML form: `00000000:0F:00.0`.
+    pub remote_bus_id: String,
+    pub count: u32,
+    pub active: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -80,6 +95,7 @@ impl MockConfig {
                             profile: mig.profile.clone(),
                         })
                         .collect(),
+                    nvlinks: Vec::new(),
                 })
                 .collect(),
             xid_events: spec
@@ -93,5 +109,44 @@ impl MockConfig {
                 .collect(),
             event_file: event_file.display().to_string(),
         }
+    }
+
+    /// Adds active NVLinks between GPU pairs: `(a, b, count)` gives GPUs `a` and `b` (positions
+    /// in [`MockConfig::gpus`], which is PCI order) `count` links to each other, on both sides,
+    /// after any links they already have. Nodes have no NVLink unless given some here.
+    pub fn with_nvlinks(
+        mut self,
+        pairs: &[(usize, usize, u32)],
+    ) -> Result<MockConfig, TestkitError> {
+        for &(a, b, count) in pairs {
+            let bus_id = |i: usize| match self.gpus.get(i) {
+                Some(gpu) if a != b => Ok(gpu.bus_id.clone()),
+                _ => Err(TestkitError::InvalidSpec {
+                    what: format!(
+                        "NVLink pair ({a}, {b}) does not name two of the {} GPUs",
+                        self.gpus.len()
+                    ),
+                }),
+            };
+            let (bus_a, bus_b) = (bus_id(a)?, bus_id(b)?);
+            for (from, remote_bus_id) in [(a, bus_b), (b, bus_a)] {
+                self.gpus[from].nvlinks.push(MockNvLink {
+                    remote_bus_id,
+                    count,
+                    active: true,
+                });
+            }
+        }
+        Ok(self)
+    }
+
+    /// Writes the config to `path` as the mock reads it (pretty JSON), replacing the file.
+    pub fn write(&self, path: &Path) -> Result<(), TestkitError> {
+        let mut json = serde_json::to_string_pretty(self).map_err(|source| TestkitError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        json.push('\n');
+        files::write(path, json, 0o644)
     }
 }
