@@ -27,6 +27,8 @@ pub struct LogSettings {
     pub file_level: Option<tracing::Level>,
     /// No stderr layer: the runtime prints its one error line itself.
     pub no_stderr: bool,
+    /// The stderr filter when `RUST_LOG` is unset, e.g. `info` (overrides `debug`).
+    pub stderr_filter: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +48,11 @@ pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
     // Built only when used: parsing filter directives costs about a millisecond,
     // which the runtime (no stderr layer) must not pay on every container start.
     let stderr = (!settings.no_stderr).then(|| {
-        let default = if settings.debug { "debug" } else { "warn" };
+        let default = match &settings.stderr_filter {
+            Some(filter) => filter.as_str(),
+            None if settings.debug => "debug",
+            None => "warn",
+        };
         let stderr_filter =
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
         fmt::layer()

@@ -17,6 +17,12 @@
 //! Only `server` knows about gRPC and tokio; everything above it is plain data and
 //! functions, tested without a socket.
 
+pub mod allocate;
+pub mod api;
 pub mod config;
 pub mod health;
+pub mod node;
+pub mod preferred;
 pub mod resources;
+pub mod server;
+pub mod topology;

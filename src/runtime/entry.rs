@@ -51,6 +51,7 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         file_level: Some(config.nvidia_container_runtime.log_level.into()),
         // Errors reach stderr (and runc's --log) once, from `fail`.
         no_stderr: true,
+        stderr_filter: None,
     });
     if let Ok(l) = &loaded {
         for key in &l.unknown_keys {

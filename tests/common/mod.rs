@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod kubelet;
+
 use std::path::Path;
 use std::process::{Command, Output};
 

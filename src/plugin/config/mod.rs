@@ -1,6 +1,38 @@
 //! The plugin's settings: NVIDIA's flags, env vars and YAML config file (`version: v1`),
 //! resolved once with the precedence flag > env > file > default into an immutable
-//! [`Settings`]. Unlike NVIDIA's plugin, unknown keys and bad values are errors.
+//! [`Settings`]. Unlike NVIDIA's plugin, unknown keys and bad values are errors, and so
+//! are NVIDIA features nvshim does not implement (MPS, GDS, IMEX, …).
+//!
+//! ```text
+//! args      PluginArgs: the command line (clap) and the env var names
+//! values    strategy names, Go's boolean spellings, comma lists
+//! file      the YAML/JSON config file → FileSettings (checked, errors with lines)
+//! resolve   flags > env > file > default → Settings; DP_*_HEALTHCHECKS → HealthChecks
+//! ```
+//!
+//! This module reads the environment only through the lookup it is given (or in
+//! [`resolve_from_process`]) and reads no file but the config file.
+
+mod args;
+mod error;
+mod file;
+mod resolve;
+mod values;
+
+#[cfg(test)]
+mod env_tests;
+#[cfg(test)]
+mod file_tests;
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+pub use args::*;
+pub use error::{BOOL_SPELLINGS, FileSpot, PluginConfigError};
+pub use file::{FileSettings, GPU_RESOURCE, load_file, parse_file};
+pub use resolve::{EnvLookup, health_checks, resolve, resolve_from_process};
+pub use values::parse_bool;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

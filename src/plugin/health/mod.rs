@@ -5,6 +5,13 @@
 //! every time-sliced replica of a unit reports the same health. A GPU-wide fault marks
 //! the GPU and every MIG device on it. Every change bumps a generation counter on a
 //! `tokio::sync::watch` channel so each `ListAndWatch` stream resends its list at once.
+//!
+//! [`run`] is the event loop that writes the board (XID events, lost GPUs, recovery);
+//! [`monitor`] documents the policy and where it differs from NVIDIA's plugin.
+
+pub mod monitor;
+
+pub use monitor::{HealthError, WatchOptions, run};
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

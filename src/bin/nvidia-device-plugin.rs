@@ -1,0 +1,27 @@
+//! `nvidia-device-plugin`: the kubelet device plugin. Parsing, logging, one library
+//! call, an exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use nvshim::logging::{self, LogSettings};
+use nvshim::plugin::config::PluginArgs;
+use nvshim::plugin::node;
+
+fn main() -> ExitCode {
+    let args = PluginArgs::parse();
+    let level = args.log_level(&|key| std::env::var(key).ok());
+    if let Err(e) = logging::init(&LogSettings {
+        stderr_filter: Some(level.unwrap_or_else(|| "info".to_string())),
+        ..LogSettings::default()
+    }) {
+        eprintln!("nvidia-device-plugin: {e}");
+    }
+    match node::run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvidia-device-plugin: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

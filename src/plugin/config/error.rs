@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+//! [`PluginConfigError`]: everything that can be wrong with the plugin's flags, env vars
+//! and config file. Each variant quotes the bad value and, where there is one, the valid
+//! set; file errors carry the file path and the line of the offending node.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Go's `strconv.ParseBool` spellings, which NVIDIA's flags and env vars accept.
+pub const BOOL_SPELLINGS: &str = "1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False";
+
+/// Where in a config file something is: the path and, when known, the 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpot {
+    pub path: PathBuf,
+    /// 0 when the parser could not tell.
+    pub line: u64,
+}
+
+impl fmt::Display for FileSpot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.path.display())
+        } else {
+            write!(f, "{}:{}", self.path.display(), self.line)
+        }
+    }
+}
+
+/// Why the plugin's settings could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginConfigError {
+    #[error("unknown MIG strategy {value:?} (valid: none, single, mixed)")]
+    MigStrategy { value: String },
+    #[error(
+        "unknown device list strategy {value:?} (valid: envvar, volume-mounts, cdi-annotations, cdi-cri)"
+    )]
+    DeviceListStrategy { value: String },
+    #[error("unknown device id strategy {value:?} (valid: uuid, index)")]
+    DeviceIdStrategy { value: String },
+    #[error("{value:?} is not a boolean (valid: {BOOL_SPELLINGS})")]
+    Bool { value: String },
+    #[error("invalid XID {value:?} (valid: {keywords} or decimal XID numbers, comma-separated)")]
+    Xid {
+        value: String,
+        keywords: &'static str,
+    },
+    #[error("invalid address {value:?}: {source} (want IP:PORT, e.g. 0.0.0.0:8080)")]
+    Address {
+        value: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("unknown device discovery strategy {value:?} (valid: auto, nvml)")]
+    DiscoveryStrategy { value: String },
+    /// An env var whose value is bad; the source says why.
+    #[error("{name}: {source}")]
+    Env {
+        name: &'static str,
+        #[source]
+        source: Box<PluginConfigError>,
+    },
+    #[error(
+        "{origin}: empty device list strategy (valid: envvar, volume-mounts, cdi-annotations, cdi-cri)"
+    )]
+    NoDeviceListStrategy { origin: String },
+    /// One of NVIDIA's features nvshim does not implement, switched on by an env var.
+    #[error("{name}={value:?}: nvshim does not support {feature}")]
+    UnsupportedEnv {
+        name: &'static str,
+        value: String,
+        feature: &'static str,
+    },
+
+    #[error("cannot read device plugin config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Not YAML (or JSON), an unknown key, or a value of the wrong type: the parser's
+    /// message, which carries the line and column.
+    #[error("device plugin config file {}: {message}", path.display())]
+    Syntax { path: PathBuf, message: String },
+    #[error("{at}: unsupported config version {value:?} (valid: v1)")]
+    Version { at: FileSpot, value: String },
+    /// A bad value for a known key; `key` is its dotted path.
+    #[error("{at}: {key}: {source}")]
+    FileValue {
+        at: FileSpot,
+        key: &'static str,
+        #[source]
+        source: Box<PluginConfigError>,
+    },
+    #[error("{at}: {key}: true is not supported by nvshim")]
+    UnsupportedFlag { at: FileSpot, key: &'static str },
+    #[error(
+        "{at}: flags.plugin.sharedDevicesAllocationPolicy: {value:?} is not supported by nvshim (valid: distributed)"
+    )]
+    AllocationPolicy { at: FileSpot, value: String },
+    #[error("{at}: imex.channelIDs: IMEX channels are not supported by nvshim (valid: [])")]
+    ImexChannels { at: FileSpot },
+    #[error(
+        "{at}: resources: resource renaming is not supported (NVIDIA's plugin disables it too); remove the key"
+    )]
+    ResourceNaming { at: FileSpot },
+    #[error("{at}: sharing.mps is not supported by nvshim (use sharing.timeSlicing)")]
+    Mps { at: FileSpot },
+    #[error("{at}: sharing.timeSlicing.resources is empty (list at least one resource to share)")]
+    NoSharedResources { at: FileSpot },
+    #[error(
+        "{at}: sharing.timeSlicing.resources: cannot share {name:?} (valid: nvidia.com/gpu, nvidia.com/mig-<profile>)"
+    )]
+    SharedResourceName { at: FileSpot, name: String },
+    #[error("{at}: sharing.timeSlicing.resources: {name:?} is listed twice")]
+    DuplicateSharedResource { at: FileSpot, name: String },
+    #[error(
+        "{at}: sharing.timeSlicing.resources: {name:?}: replicas {replicas} is out of range (valid: 2 to {})",
+        u32::MAX
+    )]
+    Replicas {
+        at: FileSpot,
+        name: String,
+        replicas: i64,
+    },
+    #[error(
+        "{at}: sharing.timeSlicing.resources: {name:?}: nvshim supports only `devices: all` (NVIDIA's plugin ignores other values)"
+    )]
+    SharedDevices { at: FileSpot, name: String },
+    #[error(
+        "{at}: sharing.timeSlicing.resources: {name:?}: rename {rename:?} is not supported by nvshim, which has no per-resource rename (use renameByDefault)"
+    )]
+    Rename {
+        at: FileSpot,
+        name: String,
+        rename: String,
+    },
+}
+
+impl PluginConfigError {
+    /// Wraps a value error with the env var (or flag) that carried it.
+    pub(super) fn in_env(self, name: &'static str) -> Self {
+        Self::Env {
+            name,
+            source: Box::new(self),
+        }
+    }
+}

@@ -1,0 +1,471 @@
+// SPDX-License-Identifier: Apache-2.0
+//! NVIDIA's device plugin config file (`version: v1`, YAML or JSON) → [`FileSettings`].
+//!
+//! The serde structs mirror NVIDIA's camelCase keys and deny unknown ones, where NVIDIA
+//! silently drops them. The file is shared with gpu-feature-discovery, so GFD's keys
+//! (and a few of NVIDIA's plugin keys that mean nothing to nvshim) are accepted and
+//! ignored. Features nvshim does not implement are errors rather than warnings, so a
+//! config never quietly means less than it says. Values are checked here, with the line
+//! they came from; precedence is [`super::resolve`]'s business. Pure: no file access
+//! except in [`load_file`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, IgnoredAny};
+use serde::{Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+
+use super::error::FileSpot;
+use super::values::parse_device_list_strategies;
+use super::{
+    DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginConfigError, SharedResource,
+    TimeSlicing,
+};
+
+/// The resource names time-slicing may share: this one, or `nvidia.com/mig-<profile>`.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+
+/// What a config file says; `None` where it says nothing (or an empty string).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileSettings {
+    pub mig_strategy: Option<MigStrategy>,
+    pub fail_on_init_error: Option<bool>,
+    pub driver_root: Option<PathBuf>,
+    pub dev_root: Option<PathBuf>,
+    pub pass_device_specs: Option<bool>,
+    /// Non-empty when present; as written (repeats are dropped by `resolve`).
+    pub device_list_strategies: Option<Vec<DeviceListStrategy>>,
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    pub cdi_annotation_prefix: Option<String>,
+    pub time_slicing: Option<TimeSlicing>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    version: Option<Spanned<String>>,
+    flags: Option<RawFlags>,
+    resources: Option<Spanned<RawResources>>,
+    sharing: Option<RawSharing>,
+    imex: Option<RawImex>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFlags {
+    mig_strategy: Option<Spanned<String>>,
+    fail_on_init_error: Option<bool>,
+    nvidia_driver_root: Option<String>,
+    nvidia_dev_root: Option<String>,
+    gdrcopy_enabled: Option<Spanned<bool>>,
+    gds_enabled: Option<Spanned<bool>>,
+    mofed_enabled: Option<Spanned<bool>>,
+    device_discovery_strategy: Option<Spanned<String>>,
+    /// MPS only; nvshim rejects `sharing.mps` instead.
+    #[serde(rename = "mpsRoot")]
+    _mps_root: Option<IgnoredAny>,
+    /// GFD only.
+    #[serde(rename = "useNodeFeatureAPI")]
+    _use_node_feature_api: Option<IgnoredAny>,
+    plugin: Option<RawPluginFlags>,
+    #[serde(rename = "gfd")]
+    _gfd: Option<RawGfdFlags>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPluginFlags {
+    pass_device_specs: Option<bool>,
+    device_list_strategy: Option<Spanned<StringOrList>>,
+    #[serde(rename = "deviceIDStrategy")]
+    device_id_strategy: Option<Spanned<String>>,
+    cdi_annotation_prefix: Option<String>,
+    /// For NVIDIA's CDI hooks; nvshim's runtime needs none.
+    #[serde(rename = "nvidiaCTKPath")]
+    _nvidia_ctk_path: Option<IgnoredAny>,
+    /// Where NVIDIA's plugin container sees the driver; nvshim reads the host's.
+    #[serde(rename = "containerDriverRoot")]
+    _container_driver_root: Option<IgnoredAny>,
+    shared_devices_allocation_policy: Option<Spanned<String>>,
+}
+
+/// gpu-feature-discovery's keys: known, so not typos, and not ours to check.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawGfdFlags {
+    #[serde(rename = "oneshot")]
+    _oneshot: Option<IgnoredAny>,
+    #[serde(rename = "noTimestamp")]
+    _no_timestamp: Option<IgnoredAny>,
+    #[serde(rename = "sleepInterval")]
+    _sleep_interval: Option<IgnoredAny>,
+    #[serde(rename = "outputFile")]
+    _output_file: Option<IgnoredAny>,
+    #[serde(rename = "machineTypeFile")]
+    _machine_type_file: Option<IgnoredAny>,
+}
+
+/// `resources.{gpus,mig}`: NVIDIA's resource renaming, disabled there and here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    gpus: Option<Vec<IgnoredAny>>,
+    mig: Option<Vec<IgnoredAny>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSharing {
+    time_slicing: Option<Spanned<RawTimeSlicing>>,
+    mps: Option<Spanned<IgnoredAny>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTimeSlicing {
+    rename_by_default: Option<bool>,
+    fail_requests_greater_than_one: Option<bool>,
+    resources: Option<Spanned<Vec<RawSharedResource>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSharedResource {
+    name: Spanned<String>,
+    rename: Option<Spanned<String>>,
+    devices: Option<Spanned<RawDevices>>,
+    /// Signed, so that `-1` gets our range message rather than a type error.
+    replicas: Spanned<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawImex {
+    #[serde(rename = "channelIDs")]
+    channel_ids: Option<Spanned<Vec<IgnoredAny>>>,
+    #[serde(rename = "required")]
+    _required: Option<bool>,
+}
+
+/// `deviceListStrategy: envvar` or `deviceListStrategy: [envvar, cdi-cri]`.
+enum StringOrList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for StringOrList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> de::Visitor<'de> for Visit {
+            type Value = StringOrList;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a device list strategy or a list of them")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StringOrList, E> {
+                Ok(StringOrList::One(v.to_owned()))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<StringOrList, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    items.push(item);
+                }
+                Ok(StringOrList::Many(items))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+/// `devices:` in a shared resource: only the string `all` is kept apart.
+enum RawDevices {
+    All,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for RawDevices {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> de::Visitor<'de> for Visit {
+            type Value = RawDevices;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("all, a count, or a list of device indices or UUIDs")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDevices, E> {
+                Ok(if v == "all" {
+                    RawDevices::All
+                } else {
+                    RawDevices::Other
+                })
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<RawDevices, E> {
+                Ok(RawDevices::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<RawDevices, E> {
+                Ok(RawDevices::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawDevices, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(RawDevices::Other)
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+/// Reads and parses a config file.
+pub fn load_file(path: &Path) -> Result<FileSettings, PluginConfigError> {
+    let bytes = std::fs::read(path).map_err(|source| PluginConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_file(&bytes, path)
+}
+
+/// Parses config file content; `path` is only used in errors. Empty content (or only
+/// comments) says nothing.
+pub fn parse_file(bytes: &[u8], path: &Path) -> Result<FileSettings, PluginConfigError> {
+    let raw: RawFile = serde_saphyr::from_slice(bytes).map_err(|e| PluginConfigError::Syntax {
+        path: path.to_owned(),
+        message: e.without_snippet().to_string(),
+    })?;
+    Checker { path }.check(raw)
+}
+
+/// Turns the raw structs into [`FileSettings`], rejecting what nvshim does not do.
+struct Checker<'a> {
+    path: &'a Path,
+}
+
+impl Checker<'_> {
+    fn at<T>(&self, spanned: &Spanned<T>) -> FileSpot {
+        FileSpot {
+            path: self.path.to_owned(),
+            line: spanned.referenced.line(),
+        }
+    }
+
+    fn check(&self, raw: RawFile) -> Result<FileSettings, PluginConfigError> {
+        if let Some(version) = &raw.version
+            && !matches!(version.value.as_str(), "v1" | "")
+        {
+            return Err(PluginConfigError::Version {
+                at: self.at(version),
+                value: version.value.clone(),
+            });
+        }
+        if let Some(resources) = &raw.resources {
+            let named =
+                |list: &Option<Vec<IgnoredAny>>| list.as_ref().is_some_and(|l| !l.is_empty());
+            if named(&resources.value.gpus) || named(&resources.value.mig) {
+                return Err(PluginConfigError::ResourceNaming {
+                    at: self.at(resources),
+                });
+            }
+        }
+        if let Some(imex) = &raw.imex
+            && let Some(ids) = &imex.channel_ids
+            && !ids.value.is_empty()
+        {
+            return Err(PluginConfigError::ImexChannels { at: self.at(ids) });
+        }
+        let mut out = match raw.flags {
+            Some(flags) => self.flags(flags)?,
+            None => FileSettings::default(),
+        };
+        if let Some(sharing) = raw.sharing {
+            if let Some(mps) = &sharing.mps {
+                return Err(PluginConfigError::Mps { at: self.at(mps) });
+            }
+            if let Some(time_slicing) = sharing.time_slicing {
+                out.time_slicing = Some(self.time_slicing(time_slicing)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn flags(&self, flags: RawFlags) -> Result<FileSettings, PluginConfigError> {
+        for (key, switch) in [
+            ("flags.gdrcopyEnabled", &flags.gdrcopy_enabled),
+            ("flags.gdsEnabled", &flags.gds_enabled),
+            ("flags.mofedEnabled", &flags.mofed_enabled),
+        ] {
+            if let Some(on) = switch
+                && on.value
+            {
+                return Err(PluginConfigError::UnsupportedFlag {
+                    at: self.at(on),
+                    key,
+                });
+            }
+        }
+        if let Some(strategy) = &flags.device_discovery_strategy
+            && !matches!(strategy.value.as_str(), "auto" | "nvml")
+        {
+            return Err(self.value(
+                strategy,
+                "flags.deviceDiscoveryStrategy",
+                PluginConfigError::DiscoveryStrategy {
+                    value: strategy.value.clone(),
+                },
+            ));
+        }
+        let mut out = FileSettings {
+            mig_strategy: self.parsed(flags.mig_strategy.as_ref(), "flags.migStrategy")?,
+            fail_on_init_error: flags.fail_on_init_error,
+            driver_root: non_empty(flags.nvidia_driver_root).map(PathBuf::from),
+            dev_root: non_empty(flags.nvidia_dev_root).map(PathBuf::from),
+            ..FileSettings::default()
+        };
+        if let Some(plugin) = flags.plugin {
+            if let Some(policy) = &plugin.shared_devices_allocation_policy
+                && policy.value != "distributed"
+            {
+                return Err(PluginConfigError::AllocationPolicy {
+                    at: self.at(policy),
+                    value: policy.value.clone(),
+                });
+            }
+            out.pass_device_specs = plugin.pass_device_specs;
+            out.device_list_strategies = plugin
+                .device_list_strategy
+                .as_ref()
+                .map(|strategies| self.strategies(strategies))
+                .transpose()?;
+            out.device_id_strategy = self.parsed(
+                plugin.device_id_strategy.as_ref(),
+                "flags.plugin.deviceIDStrategy",
+            )?;
+            out.cdi_annotation_prefix = non_empty(plugin.cdi_annotation_prefix);
+        }
+        Ok(out)
+    }
+
+    fn strategies(
+        &self,
+        spanned: &Spanned<StringOrList>,
+    ) -> Result<Vec<DeviceListStrategy>, PluginConfigError> {
+        const KEY: &str = "flags.plugin.deviceListStrategy";
+        let strategies = match &spanned.value {
+            // NVIDIA takes a string as one strategy; a comma list is our convenience,
+            // matching the flag and env var.
+            StringOrList::One(one) => parse_device_list_strategies(one),
+            StringOrList::Many(many) => many.iter().map(|s| s.parse()).collect(),
+        }
+        .map_err(|e| self.value(spanned, KEY, e))?;
+        if strategies.is_empty() {
+            return Err(PluginConfigError::NoDeviceListStrategy {
+                origin: format!("{}: {KEY}", self.at(spanned)),
+            });
+        }
+        Ok(strategies)
+    }
+
+    fn time_slicing(
+        &self,
+        spanned: Spanned<RawTimeSlicing>,
+    ) -> Result<TimeSlicing, PluginConfigError> {
+        let at = self.at(&spanned);
+        let raw = spanned.value;
+        let Some(list) = raw.resources.filter(|list| !list.value.is_empty()) else {
+            return Err(PluginConfigError::NoSharedResources { at });
+        };
+        let mut resources: Vec<SharedResource> = Vec::with_capacity(list.value.len());
+        for resource in list.value {
+            let name = resource.name.value.clone();
+            if !is_shareable(&name) {
+                return Err(PluginConfigError::SharedResourceName {
+                    at: self.at(&resource.name),
+                    name,
+                });
+            }
+            if resources.iter().any(|r| r.name == name) {
+                return Err(PluginConfigError::DuplicateSharedResource {
+                    at: self.at(&resource.name),
+                    name,
+                });
+            }
+            // NVIDIA's plugin forces both back (with a warning); refusing them keeps a
+            // config from quietly meaning less than it says.
+            if let Some(rename) = resource.rename.as_ref().filter(|r| !r.value.is_empty()) {
+                return Err(PluginConfigError::Rename {
+                    at: self.at(rename),
+                    name,
+                    rename: rename.value.clone(),
+                });
+            }
+            if let Some(devices) = &resource.devices
+                && matches!(devices.value, RawDevices::Other)
+            {
+                return Err(PluginConfigError::SharedDevices {
+                    at: self.at(devices),
+                    name,
+                });
+            }
+            let replicas = u32::try_from(resource.replicas.value)
+                .ok()
+                .filter(|&n| n >= 2)
+                .ok_or_else(|| PluginConfigError::Replicas {
+                    at: self.at(&resource.replicas),
+                    name: name.clone(),
+                    replicas: resource.replicas.value,
+                })?;
+            resources.push(SharedResource { name, replicas });
+        }
+        Ok(TimeSlicing {
+            rename_by_default: raw.rename_by_default.unwrap_or(false),
+            fail_requests_greater_than_one: raw.fail_requests_greater_than_one.unwrap_or(false),
+            resources,
+        })
+    }
+
+    /// A strategy-like string parsed with its `FromStr`, errors placed at the value.
+    fn parsed<T>(
+        &self,
+        spanned: Option<&Spanned<String>>,
+        key: &'static str,
+    ) -> Result<Option<T>, PluginConfigError>
+    where
+        T: std::str::FromStr<Err = PluginConfigError>,
+    {
+        spanned
+            .map(|s| s.value.parse().map_err(|e| self.value(s, key, e)))
+            .transpose()
+    }
+
+    fn value<T>(
+        &self,
+        spanned: &Spanned<T>,
+        key: &'static str,
+        source: PluginConfigError,
+    ) -> PluginConfigError {
+        PluginConfigError::FileValue {
+            at: self.at(spanned),
+            key,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// `nvidia.com/gpu` or `nvidia.com/mig-<profile>`, where a profile is like `1g.5gb`,
+/// `1g.10gb.me` or `1c.3g.20gb` (NVIDIA writes a profile's `+` as `.` in resource names).
+fn is_shareable(name: &str) -> bool {
+    if name == GPU_RESOURCE {
+        return true;
+    }
+    name.strip_prefix(MIG_RESOURCE_PREFIX)
+        .is_some_and(|profile| {
+            !profile.is_empty()
+                && profile
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        })
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}

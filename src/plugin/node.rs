@@ -1,0 +1,171 @@
+//! Builds what the plugin serves from its settings, and runs it: the one call the
+//! `nvidia-device-plugin` binary makes.
+//!
+//! Start-up is: settings → NVML → inventory → resources, health board, topology (with
+//! NVLink counts) → the health thread → the gRPC server. SIGHUP does it all again
+//! from the settings on, as NVIDIA's plugin does. With `failOnInitError: false` a node
+//! without NVML or GPUs serves nothing and stays up instead of crash-looping.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use super::config::{self, PluginArgs, PluginConfigError, Settings};
+use super::health::{self, HealthBoard, WatchOptions};
+use super::resources::{self, Resource, ResourceError};
+use super::server::{self, Node, ServerError};
+use super::topology::Topology;
+use crate::inventory::{self, InventoryError, nvlink};
+use crate::nvml::{Nvml, NvmlError};
+use crate::roots::Roots;
+
+/// Where the kernel publishes PCI devices (NUMA node, PCIe switches).
+const SYSFS: &str = "/sys";
+/// Which MIG capability node belongs to which GPU/compute instance.
+const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error(transparent)]
+    Config(#[from] PluginConfigError),
+    #[error("cannot load NVML: {0} (set --fail-on-init-error=false to run without GPUs)")]
+    Nvml(#[source] NvmlError),
+    #[error("cannot list the GPUs: {0} (set --fail-on-init-error=false to run without GPUs)")]
+    Inventory(#[source] InventoryError),
+    #[error("no GPUs found (set --fail-on-init-error=false to run without GPUs)")]
+    NoGpus,
+    #[error(transparent)]
+    Resources(#[from] ResourceError),
+    #[error("cannot start the health checks thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+/// The running health thread of one [`Node`]; stopped on drop (and on rebuild).
+#[derive(Debug)]
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Resolves the settings, serves until SIGTERM/SIGINT/SIGQUIT, rebuilds on SIGHUP.
+pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
+    let settings = config::resolve_from_process(args)?;
+    tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "starting");
+    let (node, monitor) = start(settings)?;
+    let mut monitor = Some(monitor);
+    let rebuild = || -> Result<Node, PluginError> {
+        let settings = config::resolve_from_process(args)?;
+        tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "restarting");
+        // The old thread stops before NVML is loaded again.
+        monitor = None;
+        let (node, fresh) = start(settings)?;
+        monitor = Some(fresh);
+        Ok(node)
+    };
+    server::run(node, rebuild)?;
+    Ok(())
+}
+
+/// Builds the [`Node`] for `settings` and starts its health thread. Without NVML or
+/// GPUs this fails, unless `fail_on_init_error` is off: then the node has no
+/// resources, and the reason is logged.
+pub fn start(settings: Settings) -> Result<(Node, Monitor), PluginError> {
+    let settings = Arc::new(settings);
+    match discover(&settings) {
+        Ok((nvml, inventory, resources)) => {
+            let units = resources.iter().flat_map(Resource::units);
+            let board = Arc::new(HealthBoard::new(units));
+            let topology = Topology::load(&inventory, Path::new(SYSFS))
+                .with_nvlinks(nvlink::nvlink_matrix(&nvml, &inventory));
+            for resource in &resources {
+                tracing::info!(resource = %resource.name, devices = resource.devices.len(), "advertising");
+            }
+            let monitor = spawn_monitor(nvml, inventory, &settings, Arc::clone(&board))?;
+            let node = Node {
+                settings,
+                resources,
+                health: board,
+                topology: Arc::new(topology),
+            };
+            Ok((node, monitor))
+        }
+        Err(error) if !settings.fail_on_init_error => {
+            tracing::error!("{error}; serving no devices (fail-on-init-error is false)");
+            let node = Node {
+                settings,
+                resources: Vec::new(),
+                health: Arc::new(HealthBoard::new([])),
+                topology: Arc::new(Topology::default()),
+            };
+            let monitor = Monitor {
+                stop: Arc::new(AtomicBool::new(true)),
+                thread: None,
+            };
+            Ok((node, monitor))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+type Discovered = (Arc<Nvml>, inventory::Inventory, Vec<Resource>);
+
+fn discover(settings: &Settings) -> Result<Discovered, PluginError> {
+    let roots = Roots {
+        driver: settings.driver_root.clone(),
+        dev: settings.dev_root.clone(),
+        proc: PathBuf::from("/"),
+    };
+    let library = settings
+        .nvml_library
+        .clone()
+        .unwrap_or_else(|| inventory::nvml::library_path(&roots));
+    let nvml = Nvml::load(&library).map_err(PluginError::Nvml)?;
+    let inventory = inventory::nvml::from_nvml(&nvml).map_err(PluginError::Inventory)?;
+    if inventory.gpus.is_empty() {
+        return Err(PluginError::NoGpus);
+    }
+    let mig_minors = std::fs::read_to_string(MIG_MINORS).ok();
+    let resources = resources::build_with_mig_minors(
+        &inventory,
+        settings,
+        Path::new(SYSFS),
+        mig_minors.as_deref(),
+    )?;
+    Ok((Arc::new(nvml), inventory, resources))
+}
+
+fn spawn_monitor(
+    nvml: Arc<Nvml>,
+    inventory: inventory::Inventory,
+    settings: &Settings,
+    board: Arc<HealthBoard>,
+) -> Result<Monitor, PluginError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let checks = settings.health_checks.clone();
+    let flag = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("health".into())
+        .spawn(move || {
+            let options = WatchOptions::default();
+            if let Err(error) = health::run(&nvml, &inventory, &checks, &board, &flag, &options) {
+                tracing::warn!("{error}");
+            }
+        })
+        .map_err(PluginError::Thread)?;
+    Ok(Monitor {
+        stop,
+        thread: Some(thread),
+    })
+}

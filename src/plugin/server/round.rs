@@ -1,0 +1,363 @@
+//! One serving round: every resource's socket bound and served, and registered with
+//! one kubelet. A kubelet restart, a deleted socket or a restart command ends the
+//! round; the loop in `mod.rs` then starts a fresh one.
+
+use std::future::pending;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::{Notify, watch};
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+use super::register::register_all;
+use super::service::{DevicePluginService, Shared};
+use super::watch::{FileId, Touched};
+use super::{Node, ServerError};
+use crate::plugin::api::device_plugin_server::DevicePluginServer;
+use crate::plugin::api::{DevicePluginOptions, RegisterRequest, VERSION};
+use crate::plugin::config::Settings;
+
+/// How long stopping waits for open streams and connections to close before it
+/// gives up on them.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// A [`Node`] with what every round and every call needs built once.
+pub(super) struct Prepared {
+    node: Node,
+    services: Vec<Arc<Shared>>,
+}
+
+impl Prepared {
+    pub(super) fn new(mut node: Node) -> Self {
+        let mut services: Vec<Arc<Shared>> = Vec::with_capacity(node.resources.len());
+        // Each resource moves into its service; `node` keeps the shared parts.
+        for resource in std::mem::take(&mut node.resources) {
+            if resource.devices.is_empty() {
+                tracing::info!(resource = %resource.name, "no devices; not advertised");
+                continue;
+            }
+            let endpoint = resource.endpoint();
+            if let Some(first) = services
+                .iter()
+                .find(|s| s.resource().endpoint() == endpoint)
+            {
+                // Two servers on one socket would unbind each other forever.
+                tracing::error!(
+                    resource = %resource.name,
+                    other = %first.resource().name,
+                    %endpoint,
+                    "two resources share a socket; only the first is advertised"
+                );
+                continue;
+            }
+            services.push(Arc::new(Shared::new(
+                node.settings.clone(),
+                resource,
+                node.health.clone(),
+                node.topology.clone(),
+            )));
+        }
+        if services.is_empty() {
+            tracing::warn!("no devices found; serving nothing until restarted");
+        }
+        Self { node, services }
+    }
+
+    pub(super) fn settings(&self) -> &Settings {
+        &self.node.settings
+    }
+
+    fn kubelet(&self) -> Option<&Path> {
+        self.node.settings.kubelet_socket.as_deref()
+    }
+
+    /// Our socket directory and kubelet's.
+    pub(super) fn watched_dirs(&self) -> Vec<&Path> {
+        let mut dirs = vec![self.node.settings.socket_dir.as_path()];
+        if let Some(kubelet) = self.kubelet() {
+            dirs.push(match kubelet.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => Path::new("."),
+            });
+        }
+        dirs
+    }
+}
+
+/// What the loop should do after looking at the sockets.
+pub(super) enum Verdict {
+    Steady,
+    Restart(String),
+}
+
+/// Something a running round reports by itself.
+pub(super) enum RoundEvent {
+    /// The registration task ended: the kubelet identity registered against.
+    Registered(Result<Option<FileId>, JoinError>),
+    /// A server ended although it was not asked to stop.
+    ServerEnded(String),
+}
+
+pub(super) struct Round {
+    stop: watch::Sender<bool>,
+    servers: JoinSet<(String, Result<(), tonic::transport::Error>)>,
+    /// Our sockets as bound.
+    sockets: Vec<(PathBuf, FileId)>,
+    /// Registration in progress.
+    registration: Option<JoinHandle<Option<FileId>>>,
+    /// Wakes a registration waiting out its backoff.
+    kick: Arc<Notify>,
+    registered: Registered,
+}
+
+/// Where registration stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registered {
+    /// No kubelet socket configured, or nothing to register.
+    NotNeeded,
+    Pending,
+    /// Registered, with the identity `kubelet.sock` had just before.
+    With(Option<FileId>),
+}
+
+impl Round {
+    /// Binds and serves every resource, then starts registering them. On failure
+    /// nothing is left served or bound.
+    pub(super) fn start(prepared: &Prepared) -> Result<Self, ServerError> {
+        let (stop, _) = watch::channel(false);
+        let mut round = Self {
+            stop,
+            servers: JoinSet::new(),
+            sockets: Vec::with_capacity(prepared.services.len()),
+            registration: None,
+            kick: Arc::new(Notify::new()),
+            registered: Registered::NotNeeded,
+        };
+        for shared in &prepared.services {
+            if let Err(error) = round.serve_one(prepared, shared) {
+                round.abandon();
+                return Err(error);
+            }
+        }
+        round.register(prepared);
+        Ok(round)
+    }
+
+    /// Binds one resource's socket and spawns its server.
+    fn serve_one(&mut self, prepared: &Prepared, shared: &Arc<Shared>) -> Result<(), ServerError> {
+        let path = prepared
+            .settings()
+            .socket_dir
+            .join(shared.resource().endpoint());
+        remove_stale(&path)?;
+        let bind_error = |source| ServerError::Bind {
+            path: path.clone(),
+            source,
+        };
+        let listener = UnixListener::bind(&path).map_err(bind_error)?;
+        let id =
+            FileId::of(&path).ok_or_else(|| bind_error(std::io::ErrorKind::NotFound.into()))?;
+        tracing::info!(
+            resource = %shared.resource().name,
+            socket = %path.display(),
+            devices = shared.resource().devices.len(),
+            "serving"
+        );
+        self.sockets.push((path, id));
+        let service = DevicePluginService::stopping_with(shared.clone(), self.stop.subscribe());
+        let mut until = self.stop.subscribe();
+        let name = shared.resource().name.clone();
+        self.servers.spawn(async move {
+            let served = Server::builder()
+                .add_service(DevicePluginServer::new(service))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                    // A dropped sender also means stop.
+                    let _ = until.wait_for(|stop| *stop).await;
+                })
+                .await;
+            (name, served)
+        });
+        Ok(())
+    }
+
+    /// Starts registering every served resource with kubelet, when there is one.
+    fn register(&mut self, prepared: &Prepared) {
+        let Some(kubelet) = prepared.kubelet() else {
+            return;
+        };
+        if prepared.services.is_empty() {
+            return;
+        }
+        let requests: Vec<RegisterRequest> = prepared
+            .services
+            .iter()
+            .map(|shared| RegisterRequest {
+                version: VERSION.to_string(),
+                endpoint: shared.resource().endpoint(),
+                resource_name: shared.resource().name.clone(),
+                options: Some(options()),
+            })
+            .collect();
+        let kubelet = kubelet.to_path_buf();
+        let kick = self.kick.clone();
+        self.registration = Some(tokio::spawn(async move {
+            register_all(&kubelet, &requests, kick).await
+        }));
+        self.registered = Registered::Pending;
+    }
+
+    /// Undoes a partial start: stops the servers and removes the sockets bound.
+    fn abandon(&mut self) {
+        let _ = self.stop.send(true);
+        self.servers.abort_all();
+        self.remove_sockets();
+    }
+
+    /// Removes our sockets, only those that are still ours.
+    fn remove_sockets(&self) {
+        for (path, id) in &self.sockets {
+            if FileId::of(path) == Some(*id)
+                && let Err(error) = std::fs::remove_file(path)
+            {
+                tracing::warn!(socket = %path.display(), %error, "cannot remove our socket");
+            }
+        }
+    }
+
+    /// Records the end of the registration task.
+    pub(super) fn registration_finished(&mut self, result: Result<Option<FileId>, JoinError>) {
+        match result {
+            Ok(kubelet) => self.registered = Registered::With(kubelet),
+            Err(error) => tracing::error!(%error, "registration task failed"),
+        }
+    }
+
+    /// Compares the sockets on disk with what this round bound and registered with.
+    pub(super) fn check(&mut self, prepared: &Prepared, touched: Option<&Touched>) -> Verdict {
+        for (path, id) in &self.sockets {
+            if FileId::of(path) != Some(*id) {
+                return Verdict::Restart(format!("our socket {} was removed", path.display()));
+            }
+        }
+        let Some(kubelet) = prepared.kubelet() else {
+            return Verdict::Steady;
+        };
+        let now = FileId::of(kubelet);
+        match self.registered {
+            Registered::NotNeeded => Verdict::Steady,
+            Registered::With(with) => {
+                let created = touched
+                    .zip(kubelet.file_name())
+                    .is_some_and(|(t, name)| t.has_created(name));
+                if now.is_some() && (now != with || created) {
+                    Verdict::Restart(format!(
+                        "{} was re-created: kubelet restarted",
+                        kubelet.display()
+                    ))
+                } else {
+                    // Gone (kubelet stopped) shows in readiness; its return restarts us.
+                    Verdict::Steady
+                }
+            }
+            Registered::Pending => {
+                if now.is_some() {
+                    // Registration is waiting out a backoff: try now.
+                    self.kick.notify_one();
+                }
+                Verdict::Steady
+            }
+        }
+    }
+
+    /// Every socket is ours and, with a kubelet socket, registered with the kubelet
+    /// that is there now.
+    pub(super) fn is_ready(&self, prepared: &Prepared) -> bool {
+        let served = self
+            .sockets
+            .iter()
+            .all(|(path, id)| FileId::of(path) == Some(*id));
+        let registered = match (prepared.kubelet(), self.registered) {
+            (_, Registered::NotNeeded) | (None, _) => true,
+            (Some(kubelet), Registered::With(with)) => {
+                with.is_some() && FileId::of(kubelet) == with
+            }
+            (Some(_), Registered::Pending) => false,
+        };
+        served && registered
+    }
+
+    /// Stops serving: ends open `ListAndWatch` streams, waits briefly for connections
+    /// to close, and removes our sockets (only those still ours).
+    pub(super) async fn stop(mut self) {
+        if let Some(registration) = self.registration.take() {
+            registration.abort();
+        }
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(DRAIN, async {
+            while let Some(ended) = self.servers.join_next().await {
+                if let Ok((name, Err(error))) = ended {
+                    tracing::warn!(resource = %name, %error, "server ended with an error");
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!("connections still open after {DRAIN:?}; dropping them");
+            self.servers.abort_all();
+        }
+        self.remove_sockets();
+    }
+}
+
+/// The next thing a running round reports; never resolves without a round.
+pub(super) async fn next_event(round: &mut Option<Round>) -> RoundEvent {
+    let Some(Round {
+        servers,
+        registration,
+        ..
+    }) = round.as_mut()
+    else {
+        return pending().await;
+    };
+    tokio::select! {
+        result = async {
+            match registration.as_mut() {
+                Some(handle) => handle.await,
+                None => pending().await,
+            }
+        } => {
+            *registration = None;
+            RoundEvent::Registered(result)
+        }
+        Some(ended) = servers.join_next() => RoundEvent::ServerEnded(match ended {
+            Ok((name, Ok(()))) => format!("the server for {name} ended"),
+            Ok((name, Err(error))) => format!("the server for {name} failed: {error}"),
+            Err(error) => format!("a server task failed: {error}"),
+        }),
+        else => pending().await,
+    }
+}
+
+/// The options we register with and answer `GetDevicePluginOptions` with.
+pub(super) fn options() -> DevicePluginOptions {
+    DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
+    }
+}
+
+/// Removes what is left at our socket path from an earlier run. Like NVIDIA's
+/// plugin, whatever is there goes; a directory there is an error.
+fn remove_stale(path: &Path) -> Result<(), ServerError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ServerError::Stale {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
