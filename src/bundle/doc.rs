@@ -84,7 +84,12 @@ impl SpecDoc {
     /// their order; unlike Go's encoder, `<`, `>` and `&` are not escaped, which is the same
     /// JSON.
     pub fn to_vec(&self) -> Result<Vec<u8>, BundleError> {
-        serde_json::to_vec(&self.value).map_err(|source| BundleError::Serialize { source })
+        // Room for a spec with GPUs injected, so the writer does not grow a few bytes at a
+        // time (an 8-GPU spec is about 10 KiB).
+        let mut bytes = Vec::with_capacity(16 * 1024);
+        serde_json::to_writer(&mut bytes, &self.value)
+            .map_err(|source| BundleError::Serialize { source })?;
+        Ok(bytes)
     }
 
     /// `process.env`, string entries only, in order.

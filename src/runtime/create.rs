@@ -47,6 +47,8 @@ pub enum CreateError {
 
 /// Edits the bundle at `dir` for `config`. With [`NvmlAccess::Elsewhere`] a request
 /// that needs NVML fails with [`PipelineError::NeedsNvml`] before anything is written.
+/// Meant for a process that `exec`s next: on success the spec and the plan are not
+/// freed (see the end of the function).
 pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome, CreateError> {
     let bundle = Bundle::new(dir);
     let mut loaded = bundle.load()?;
@@ -84,11 +86,18 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
     mark(&mut loaded.doc, &request.devices.to_string())?;
     bundle.save(&loaded.doc, &loaded)?;
-    Ok(Outcome::Injected {
+    let outcome = Outcome::Injected {
         devices: request.devices.to_string(),
         applied,
         removed_hooks,
-    })
+    };
+    // The runtime execs runc next, so nothing would ever use the freed memory: freeing
+    // the spec's ~2,000 JSON nodes and the plan's paths one by one costs about 15% of
+    // the runtime's own instructions on an 8-GPU create (callgrind). The process image
+    // is replaced instead.
+    std::mem::forget(loaded);
+    std::mem::forget(plan);
+    Ok(outcome)
 }
 
 fn mark(doc: &mut SpecDoc, devices: &str) -> Result<(), InjectError> {
