@@ -44,6 +44,7 @@ bench: static-runtime
 	$(CARGO) build --workspace --release
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench create
 	$(CARGO) bench --bench pipeline
+	NVSHIM_BENCH_PLUGIN=$(CURDIR)/target/release/nvidia-device-plugin $(CARGO) bench --bench plugin
 
 clean:
 	$(CARGO) clean

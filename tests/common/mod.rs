@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod kubelet;
+pub mod plugin_proc;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: Apache-2.0
+//! `nvidia-device-plugin` as a real process on a simulated 8-GPU node, measured from
+//! a fake kubelet's side. Prints a table; `make bench` runs it on the release binary.
+//!
+//! - start-up: spawn → `Register` received by the fake kubelet, over many starts (the
+//!   first is a warm-up and not counted), each process stopped with SIGTERM after;
+//! - peak RSS (`VmHWM`) of one more start: once registered, once kubelet's
+//!   `ListAndWatch` has its first list, and after the calls below;
+//! - `Allocate` (2 GPUs), `GetPreferredAllocation` (2 of 8) and the no-op
+//!   `GetDevicePluginOptions`, interleaved on one connection (the order rotates every
+//!   round), so machine noise and connection effects hit all three alike.
+//!
+//! `$NVSHIM_BENCH_PLUGIN` names the binary (else cargo's build of it);
+//! `$NVSHIM_BENCH_STARTS` and `$NVSHIM_BENCH_CALLS` change the counts.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "../tests/common/kubelet.rs"]
+mod kubelet;
+#[path = "../tests/common/plugin_proc.rs"]
+mod plugin_proc;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kubelet::FakeKubelet;
+use nix::sys::signal::Signal;
+use nvshim::plugin::api::device_plugin_client::DevicePluginClient;
+use nvshim::plugin::api::{
+    AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
+    PreferredAllocationRequest,
+};
+use nvshim_testkit::{Artifacts, NodeSpec, SimNode};
+use plugin_proc::{PluginProc, node_args};
+use tonic::transport::Channel;
+
+/// How long any one step may take before the bench gives up.
+const LIMIT: Duration = Duration::from_secs(20);
+const MIB: f64 = 1024.0;
+
+fn plugin() -> PathBuf {
+    std::env::var_os("NVSHIM_BENCH_PLUGIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nvidia-device-plugin")))
+}
+
+fn count(var: &str, default: usize, least: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+        .max(least)
+}
+
+fn pct(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() - 1) * p / 100]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or("?".into(), |k| format!("{:.2} MiB", k as f64 / MIB))
+}
+
+struct Bench {
+    binary: PathBuf,
+    node: SimNode,
+    args: Vec<String>,
+    kubelet: FakeKubelet,
+    sockets: PathBuf,
+}
+
+impl Bench {
+    fn spawn(&self) -> PluginProc {
+        PluginProc::spawn(&self.binary, &self.args, &self.node.env())
+    }
+
+    /// Waits for registration number `n` (counting from 1) and returns when it came.
+    async fn registered(&self, n: usize, plugin: &PluginProc) -> Instant {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(r) = self.kubelet.registrations().get(n - 1) {
+                return r.at;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no registration {n} within {LIMIT:?}:\n{}",
+                plugin.log()
+            );
+            // The fake kubelet stamps `at` when the call arrives, so the polling
+            // interval does not show in the figure.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn stop(&self, mut plugin: PluginProc) {
+        plugin.signal(Signal::SIGTERM);
+        let status = plugin.exit(LIMIT).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "SIGTERM: {status:?}\n{}",
+            plugin.log()
+        );
+    }
+}
+
+/// Times one call.
+macro_rules! timed {
+    ($call:expr) => {{
+        let start = Instant::now();
+        $call.await.unwrap();
+        start.elapsed()
+    }};
+}
+
+async fn run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let artifacts = Artifacts::locate().unwrap();
+    let node =
+        SimNode::build(&NodeSpec::standard(8), &tmp.path().join("node"), &artifacts).unwrap();
+    let sockets = tmp.path().join("plugins");
+    fs::create_dir(&sockets).unwrap();
+    let kubelet = FakeKubelet::start(&sockets);
+    let bench = Bench {
+        binary: plugin(),
+        args: node_args(&node, &sockets),
+        node,
+        kubelet,
+        sockets,
+    };
+    let starts = count("NVSHIM_BENCH_STARTS", 41, 21);
+    let calls = count("NVSHIM_BENCH_CALLS", 2000, 1000);
+
+    // Start-up to registration.
+    let mut startup = Vec::with_capacity(starts);
+    for n in 0..starts {
+        let spawned = Instant::now();
+        let plugin = bench.spawn();
+        let at = bench.registered(n + 1, &plugin).await;
+        // The first start warms the page cache and is not counted.
+        if n > 0 {
+            startup.push(at.saturating_duration_since(spawned));
+        }
+        bench.stop(plugin).await;
+    }
+    startup.sort();
+
+    // Memory and latency, on one more process.
+    let plugin = bench.spawn();
+    bench.registered(starts + 1, &plugin).await;
+    let hwm_registered = plugin.status_kib("VmHWM");
+    let socket = bench.sockets.join("nvidia-gpu.sock");
+    let mut client: DevicePluginClient<Channel> = kubelet::dial_plugin(&socket).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 8);
+    let hwm_listed = plugin.status_kib("VmHWM");
+
+    let uuids: Vec<String> = bench
+        .node
+        .spec
+        .gpus
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    let allocate = AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: vec![uuids[6].clone(), uuids[1].clone()],
+        }],
+    };
+    let preferred = PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: uuids.clone(),
+            must_include_device_i_ds: vec![],
+            allocation_size: 2,
+        }],
+    };
+    let warmup = 100;
+    let mut noop = Vec::with_capacity(calls);
+    let mut alloc = Vec::with_capacity(calls);
+    let mut pref = Vec::with_capacity(calls);
+    for round in 0..warmup + calls {
+        let mut took = [Duration::ZERO; 3];
+        for k in 0..3 {
+            let which = (round + k) % 3;
+            took[which] = match which {
+                0 => timed!(client.get_device_plugin_options(Empty {})),
+                1 => {
+                    let request = allocate.clone();
+                    timed!(client.allocate(request))
+                }
+                _ => {
+                    let request = preferred.clone();
+                    timed!(client.get_preferred_allocation(request))
+                }
+            };
+        }
+        if round >= warmup {
+            noop.push(took[0]);
+            alloc.push(took[1]);
+            pref.push(took[2]);
+        }
+    }
+    let hwm_calls = plugin.status_kib("VmHWM");
+    let details = [
+        ("VmRSS", plugin.status_kib("VmRSS")),
+        ("RssAnon", plugin.status_kib("RssAnon")),
+        ("RssFile", plugin.status_kib("RssFile")),
+        ("Pss_Anon", plugin.smaps_kib("Pss_Anon")),
+        ("Pss_File", plugin.smaps_kib("Pss_File")),
+    ];
+    let threads = plugin.threads();
+    drop(stream);
+    bench.stop(plugin).await;
+
+    for v in [&mut noop, &mut alloc, &mut pref] {
+        v.sort();
+    }
+    let p50 = |v: &[Duration]| pct(v, 50);
+    let alloc_vs_noop = p50(&alloc).as_secs_f64() / p50(&noop).as_secs_f64() - 1.0;
+    let limit_kib = 8 * 1024;
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+
+    println!("nvidia-device-plugin, simulated 8-GPU node (mock NVML), fake kubelet");
+    println!("binary: {}", bench.binary.display());
+    println!(
+        "{} counted starts, {calls} calls of each RPC after {warmup} warm-up rounds\n",
+        startup.len()
+    );
+    println!("| {:<52} | {:>22} | {:>30} |", "what", "figure", "target");
+    println!("| {:-<52} | {:->22} | {:->30} |", "", "", "");
+    let row = |what: &str, figure: String, target: String| {
+        println!("| {what:<52} | {figure:>22} | {target:>30} |");
+    };
+    for (what, kib) in [
+        ("peak RSS (VmHWM), registered", hwm_registered),
+        ("peak RSS, after the first ListAndWatch list", hwm_listed),
+        (
+            &*format!("peak RSS, after {calls} Allocate + {calls} GetPreferred"),
+            hwm_calls,
+        ),
+    ] {
+        let ok = kib.is_some_and(|k| k <= limit_kib);
+        row(what, mib(kib), format!("<= 8 MiB: {}", verdict(ok)));
+    }
+    let median = p50(&startup);
+    row(
+        "start → registered, median",
+        ms(median),
+        format!("<= 20 ms: {}", verdict(median <= Duration::from_millis(20))),
+    );
+    row(
+        "start → registered, p10 / p90",
+        format!("{} / {}", ms(pct(&startup, 10)), ms(pct(&startup, 90))),
+        String::new(),
+    );
+    row(
+        "GetDevicePluginOptions (no-op) p50 / p99",
+        format!("{} / {}", us(p50(&noop)), us(pct(&noop, 99))),
+        String::new(),
+    );
+    row(
+        "Allocate (2 GPUs) p50 / p99",
+        format!("{} / {}", us(p50(&alloc)), us(pct(&alloc, 99))),
+        format!(
+            "p50 <= no-op +10%: {:+.1}% {}",
+            alloc_vs_noop * 100.0,
+            verdict(alloc_vs_noop <= 0.10)
+        ),
+    );
+    row(
+        "GetPreferredAllocation (2 of 8) p50 / p99",
+        format!("{} / {}", us(p50(&pref)), us(pct(&pref, 99))),
+        format!(
+            "p50 <= 0.5 ms: {}",
+            verdict(p50(&pref) <= Duration::from_micros(500))
+        ),
+    );
+    println!();
+    let mut line = String::from("after the calls:");
+    for (name, kib) in details {
+        line.push_str(&format!(" {name} {}", mib(kib)));
+        line.push(',');
+    }
+    line.push_str(&format!(
+        " threads {}",
+        threads.map_or("?".into(), |t| t.to_string())
+    ));
+    println!("{line}");
+    if let Ok(meta) = fs::metadata(&bench.binary) {
+        println!("binary size: {}", mib(Some(meta.len() / 1024)));
+    }
+}
+
+fn main() {
+    if !fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
+        eprintln!("bench plugin: run as root (the simulated node needs mknod)");
+        std::process::exit(1);
+    }
+    let binary = plugin();
+    if !Path::new(&binary).is_file() {
+        eprintln!("bench plugin: no binary at {}", binary.display());
+        std::process::exit(1);
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run());
+}
