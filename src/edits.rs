@@ -6,16 +6,19 @@
 //! mount options by file kind.
 //!
 //! No hooks: the driver's symlinks (`libcuda.so.1 -> libcuda.so.550.54.15`,
-//! `libcuda.so -> libcuda.so.1`) become extra read-only bind mounts of the real file
-//! at each link's path, so nothing has to run inside the container to create them.
-//! The linker cache is refreshed on the host side (`rootfs::linker`) from
+//! `libcuda.so -> libcuda.so.1`) are listed by [`symlinks`] and created in the rootfs
+//! from the host side (`Rootfs::symlink`, which never follows the image's links out of
+//! it), and the linker cache is refreshed the same way (`rootfs::linker`) from
 //! `Plan::ldcache`. NVIDIA's design runs one hook process per job on every start;
-//! this one runs none.
+//! this one runs none. A symlink costs the runtime a few microseconds; a bind mount
+//! in its place would cost runc two `mount` calls on every start.
 
+use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::path::Path;
 
 use crate::cdi::{ContainerEdits, DeviceNode, Mount};
-use crate::discover::{FileKind, HostResources};
+use crate::discover::{FileKind, HostResources, SymlinkEdit};
 
 /// Options for read-only driver files. `rprivate` keeps the mounts from
 /// propagating back to the host through a shared volume.
@@ -50,15 +53,12 @@ pub fn build(resources: &HostResources) -> ContainerEdits {
         .files
         .iter()
         .flat_map(|file| {
-            // The file itself, then the same file at each link's path.
-            std::iter::once(&file.path)
-                .chain(file.links.iter().map(|l| &l.path))
-                .map(move |path| Mount {
-                    host_path: file.host_path.display().to_string(),
-                    container_path: path.display().to_string(),
-                    kind: Some("bind".into()),
-                    options: options(file.kind).iter().map(|s| s.to_string()).collect(),
-                })
+            std::iter::once(&file.path).map(move |path| Mount {
+                host_path: file.host_path.display().to_string(),
+                container_path: path.display().to_string(),
+                kind: Some("bind".into()),
+                options: options(file.kind).iter().map(|s| s.to_string()).collect(),
+            })
         })
         .collect();
     // Parents before children (as the CDI library does), then by path.
@@ -67,7 +67,6 @@ pub fn build(resources: &HostResources) -> ContainerEdits {
             .cmp(&depth(&b.container_path))
             .then_with(|| a.container_path.cmp(&b.container_path))
     });
-    // Two files never share a path, but a link may name a path that is also a file.
     mounts.dedup_by(|a, b| a.container_path == b.container_path);
 
     ContainerEdits {
@@ -77,6 +76,22 @@ pub fn build(resources: &HostResources) -> ContainerEdits {
         hooks: Vec::new(),
         additional_gids: Vec::new(),
     }
+}
+
+/// The symlinks to create in the container for `resources`, by path, each path once
+/// (the first file's link wins), leaving out any path a file is mounted at.
+pub fn symlinks(resources: &HostResources) -> Vec<SymlinkEdit> {
+    let files: HashSet<&OsStr> = resources.files.iter().map(|f| f.path.as_os_str()).collect();
+    let mut seen = HashSet::new();
+    let mut links: Vec<SymlinkEdit> = resources
+        .files
+        .iter()
+        .flat_map(|f| &f.links)
+        .filter(|l| !files.contains(l.path.as_os_str()) && seen.insert(l.path.as_os_str()))
+        .cloned()
+        .collect();
+    links.sort_by(|a, b| a.path.cmp(&b.path));
+    links
 }
 
 fn options(kind: FileKind) -> &'static [&'static str] {
@@ -144,8 +159,9 @@ mod tests {
     }
 
     #[test]
-    fn edits_carry_nodes_and_mounts_links_included() {
-        let edits = build(&resources());
+    fn edits_carry_nodes_and_mounts_and_links_are_separate() {
+        let resources = resources();
+        let edits = build(&resources);
         let node = &edits.device_nodes[0];
         assert_eq!(
             (node.major, node.minor, node.host_path.as_deref()),
@@ -162,16 +178,46 @@ mod tests {
             [
                 "/run/nvidia-persistenced/socket",
                 "/usr/bin/nvidia-smi",
-                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
                 "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
             ]
         );
         assert_eq!(edits.mounts[0].options, SOCKET_OPTIONS);
         assert_eq!(edits.mounts[1].options, RO_OPTIONS);
-        // The soname link is the real file mounted a second time.
-        assert_eq!(edits.mounts[2].host_path, edits.mounts[3].host_path);
         assert_eq!(edits.mounts[2].options, RO_OPTIONS);
         assert!(edits.hooks.is_empty(), "no process runs in the container");
+        // The soname link is created in the rootfs, not mounted.
+        assert_eq!(
+            symlinks(&resources),
+            [SymlinkEdit {
+                path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                target: "libcuda.so.550.54.15".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_link_at_a_mounted_path_is_left_out_and_each_path_comes_once() {
+        let mut resources = resources();
+        let link = |path: &str, target: &str| SymlinkEdit {
+            path: path.into(),
+            target: target.into(),
+        };
+        resources.files[1].links = vec![
+            link("/usr/bin/nvidia-smi", "elsewhere"),
+            link("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "other"),
+            link("/usr/bin/smi", "nvidia-smi"),
+        ];
+        let got: Vec<String> = symlinks(&resources)
+            .iter()
+            .map(|l| format!("{} -> {}", l.path.display(), l.target))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "/usr/bin/smi -> nvidia-smi",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1 -> libcuda.so.550.54.15"
+            ]
+        );
     }
 
     #[test]

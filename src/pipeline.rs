@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::bundle::SpecDoc;
 use crate::cdi::ContainerEdits;
 use crate::config::{Config, ConfigError};
-use crate::discover::{self, HostResources, Missing, Want};
+use crate::discover::{self, HostResources, Missing, SymlinkEdit, Want};
 use crate::edits;
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
 use crate::ldcache;
@@ -55,6 +55,8 @@ pub struct Plan {
     /// The entries the container's `ld.so.cache` needs for the injected libraries
     /// (written into the rootfs on the host side; see `rootfs::linker`).
     pub ldcache: Vec<ldcache::Entry>,
+    /// The driver's symlinks to create in the rootfs (on the host side, like the cache).
+    pub symlinks: Vec<SymlinkEdit>,
     /// Optional things the host lacks (shown by `nvshim list`, logged by the runtime).
     pub missing: Vec<Missing>,
 }
@@ -87,6 +89,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             selection: Selection::default(),
             edits: ContainerEdits::default(),
             ldcache: Vec::new(),
+            symlinks: Vec::new(),
             missing: Vec::new(),
         });
     }
@@ -112,6 +115,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
         });
     }
     let edits = edits::build(&resources);
+    let symlinks = edits::symlinks(&resources);
     let ldcache = resources
         .files
         .iter()
@@ -133,6 +137,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
         missing: resources.missing,
         edits,
         ldcache,
+        symlinks,
     })
 }
 

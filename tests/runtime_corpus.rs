@@ -224,10 +224,22 @@ fn every_fixture_gets_only_the_expected_additions() {
             );
         }
         let mounts = after["mounts"].as_array().unwrap();
+        let lib = format!(
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.{}",
+            host.node.sim.library_version()
+        );
         assert!(
-            mounts
-                .iter()
-                .any(|m| m["destination"] == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            mounts.iter().any(|m| m["destination"] == lib.as_str()),
+            "{name}"
+        );
+        // The soname link is created in the rootfs, not mounted.
+        let link = bundle.join("rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+        assert_eq!(
+            fs::read_link(&link).ok(),
+            Some(PathBuf::from(format!(
+                "libcuda.so.{}",
+                host.node.sim.library_version()
+            ))),
             "{name}"
         );
         assert_eq!(after["annotations"]["nvshim.io/injected"], "all", "{name}");

@@ -156,6 +156,43 @@ impl Rootfs {
         Ok(())
     }
 
+    /// Makes `path` a symlink to `target` (the link's text, not resolved here),
+    /// creating missing parent directories. An existing symlink or file at `path` is
+    /// replaced atomically (a new link under a temporary name, then `renameat`); the
+    /// same link already there is left alone; a directory is an error. Returns whether
+    /// anything changed.
+    pub fn symlink(&self, path: &Path, target: &str) -> Result<bool, RootfsError> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(self.err(path, Errno::EINVAL));
+        };
+        let dir = self.ensure_dir(parent)?;
+        match stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                return Err(self.err(path, Errno::EISDIR));
+            }
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                if fcntl::readlinkat(&dir, name).is_ok_and(|t| t.as_bytes() == target.as_bytes()) {
+                    return Ok(false);
+                }
+            }
+            Ok(_) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(self.err(path, e)),
+        }
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".nvshim-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        unistd::symlinkat(target, &dir, tmp.as_os_str()).map_err(|e| self.err(path, e))?;
+        if let Err(e) = fcntl::renameat(&dir, tmp.as_os_str(), &dir, name) {
+            let _ = unistd::unlinkat(&dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(self.err(path, e));
+        }
+        Ok(true)
+    }
+
     /// Opens the directory `path`, creating what is missing of it.
     fn ensure_dir(&self, path: &Path) -> Result<OwnedFd, RootfsError> {
         let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;

@@ -159,3 +159,62 @@ fn replace_never_writes_through_symlinks_to_the_host() {
     assert!(err.to_string().contains("/conf"), "{err}");
     assert_eq!(fs::read_dir(&s.host).unwrap().count(), 1);
 }
+
+#[test]
+fn symlinks_are_created_replaced_and_kept_inside() {
+    let s = setup();
+    // The image's lib dir is a link to a host directory: the link must land inside.
+    symlink(&s.host, s.root.join("lib64")).unwrap();
+    fs::write(s.root.join("usr/lib/libcuda.so.1"), "image's copy").unwrap();
+    fs::create_dir_all(s.root.join("usr/lib/adir")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    let cases = [
+        // (name, path, target, changed)
+        ("new", "/usr/lib/libcuda.so", "libcuda.so.1", true),
+        ("same again", "/usr/lib/libcuda.so", "libcuda.so.1", false),
+        (
+            "other target",
+            "/usr/lib/libcuda.so",
+            "libcuda.so.550",
+            true,
+        ),
+        (
+            "over a file",
+            "/usr/lib/libcuda.so.1",
+            "libcuda.so.550",
+            true,
+        ),
+        ("missing parents", "/opt/nv/bin/smi", "/usr/bin/smi", true),
+    ];
+    for (name, path, target, changed) in cases {
+        assert_eq!(
+            r.symlink(Path::new(path), target).unwrap(),
+            changed,
+            "case {name}"
+        );
+    }
+    let link = |p: &str| fs::read_link(s.root.join(p)).unwrap();
+    assert_eq!(link("usr/lib/libcuda.so"), Path::new("libcuda.so.550"));
+    assert_eq!(link("usr/lib/libcuda.so.1"), Path::new("libcuda.so.550"));
+    assert_eq!(link("opt/nv/bin/smi"), Path::new("/usr/bin/smi"));
+    // `/lib64` names a host directory; inside the root that path does not exist, so
+    // this is an error, and nothing is created on the host.
+    assert!(
+        r.symlink(Path::new("/lib64/libnvidia-ml.so.1"), "x")
+            .is_err()
+    );
+    assert!(!s.host.join("libnvidia-ml.so.1").exists(), "host untouched");
+    assert!(matches!(
+        r.symlink(Path::new("/usr/lib/adir"), "x"),
+        Err(RootfsError::Path {
+            source: Errno::EISDIR,
+            ..
+        })
+    ));
+    let leftovers: Vec<_> = fs::read_dir(s.root.join("usr/lib"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".nvshim-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

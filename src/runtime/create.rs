@@ -41,7 +41,7 @@ pub enum CreateError {
     Inject(#[from] InjectError),
     #[error("config.json has no root.path: cannot find the container's rootfs")]
     NoRoot,
-    #[error("cannot update the container's linker cache: {0}")]
+    #[error("cannot write the driver's symlinks and linker cache into the container's rootfs: {0}")]
     Rootfs(#[from] RootfsError),
 }
 
@@ -77,9 +77,13 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
 
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
-    if !plan.ldcache.is_empty() {
+    if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
         let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
         let rootfs = Rootfs::open(&dir.join(root))?;
+        for link in &plan.symlinks {
+            let changed = rootfs.symlink(&link.path, &link.target)?;
+            tracing::debug!(path = %link.path.display(), target = %link.target, changed, "symlink");
+        }
         let refresh = linker::refresh(&rootfs, &plan.ldcache)?;
         tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
     }
