@@ -18,6 +18,8 @@
 //! pipeline                           plan(): the one path through all of the above
 //! runtime                            the runc shim: argv, create, low-level runtime, exec
 //! hook                               the prestart hook docker's --gpus adds
+//! plugin                             the kubelet device plugin (its own pipeline: config,
+//!                                    resources, health, allocate, preferred, server)
 //! logging, cli                       front-end plumbing
 //! ```
 
