@@ -2,6 +2,7 @@
 //! per subcommand. Output goes to the writer the binary passes in; errors go back
 //! as values for the binary to print.
 
+pub mod configure;
 pub mod info;
 pub mod list;
 
@@ -73,6 +74,8 @@ pub enum Command {
     Info(info::InfoArgs),
     /// Show the exact device nodes, mounts and hooks a container would get.
     List(list::ListArgs),
+    /// Register the NVIDIA runtime with docker, containerd or CRI-O (or take it out: --undo).
+    Configure(configure::ConfigureArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +86,8 @@ pub enum CliError {
     Pipeline(#[from] crate::pipeline::PipelineError),
     #[error(transparent)]
     Request(#[from] crate::request::RequestError),
+    #[error(transparent)]
+    Configure(#[from] configure::ConfigureError),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
     #[error("cannot encode JSON: {0}")]
@@ -94,5 +99,6 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
     match &cli.command {
         Command::Info(args) => info::run(&cli.host, args, out),
         Command::List(args) => list::run(&cli.host, args, out),
+        Command::Configure(args) => configure::run(args, out),
     }
 }

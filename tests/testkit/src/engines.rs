@@ -39,7 +39,8 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(20);
 const LOG_TAIL_LINES: usize = 30;
 
 /// A private `containerd` serving `<dir>/containerd.sock`, with its root, state and `opt` dirs
-/// under `dir` and the CRI plugin disabled. The default snapshotter is left as is: `ctr run
+/// under `dir` and the CRI plugin disabled (or on a config file of the test's own, see
+/// [`Containerd::start_with_config`]). The default snapshotter is left as is: `ctr run
 /// --rootfs` needs none and dockerd keeps images in its own storage driver.
 #[derive(Debug)]
 pub struct Containerd {
@@ -59,17 +60,51 @@ impl Containerd {
     /// Starts containerd with `env` added to its environment. Shims and the OCI runtimes they run
     /// inherit it, so this is how a runtime under test receives its variables.
     pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Result<Containerd, TestkitError> {
+        let dir = canonical_dir(dir)?;
+        let address = dir.join("containerd.sock");
+        let config = dir.join("config.toml");
+        files::write(&config, config_toml(&dir, &address), 0o644)?;
+        Containerd::launch(dir, &config, &[], env)
+    }
+
+    /// Starts containerd on a config file the test wrote (e.g. one `nvshim configure
+    /// containerd` edited), loaded as it is — the CRI plugin too, if the file enables it — except
+    /// that `--root`, `--state` and `--address` keep containerd's own state and socket under
+    /// `dir`. Other host paths the file names (the `opt` plugin's `path`, the CNI dirs) are the
+    /// caller's to point into its temp dir first.
+    pub fn start_with_config(
+        dir: &Path,
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Containerd, TestkitError> {
+        let dir = canonical_dir(dir)?;
+        let address = dir.join("containerd.sock");
+        let overrides = [
+            ("--root", dir.join("root")),
+            ("--state", dir.join("state")),
+            ("--address", address),
+        ];
+        Containerd::launch(dir, config, &overrides, env)
+    }
+
+    fn launch(
+        dir: PathBuf,
+        config: &Path,
+        flags: &[(&str, PathBuf)],
+        env: &[(&str, &str)],
+    ) -> Result<Containerd, TestkitError> {
         let containerd = which("containerd")?;
         let ctr = which("ctr")?;
         which("containerd-shim-runc-v2")?;
-        let dir = canonical_dir(dir)?;
         let address = dir.join("containerd.sock");
         check_socket_path(&address, ".ttrpc".len())?;
-        let config = dir.join("config.toml");
-        files::write(&config, config_toml(&dir, &address), 0o644)?;
         let log = dir.join("containerd.log");
         let mut cmd = Command::new(containerd);
-        cmd.arg("--config").arg(&config).envs(env.iter().copied());
+        cmd.arg("--config").arg(config);
+        for (flag, value) in flags {
+            cmd.arg(flag).arg(value);
+        }
+        cmd.envs(env.iter().copied());
         let child = spawn_logged(&mut cmd, &log)?;
         let mut guard = Containerd {
             dir,

@@ -1,0 +1,621 @@
+//! Unit tests of the engine transforms (pure text in, text out) and of the diff. The binary,
+//! real files and real daemons are `tests/configure.rs`'s.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::{Action, ConfigureError, Outcome, containerd, crio, diff, docker};
+
+const RT: &str = "/usr/bin/nvidia-container-runtime";
+const BOM: char = '\u{feff}';
+
+fn add(default: bool) -> Action<'static> {
+    Action::Add {
+        name: "nvidia",
+        path: RT,
+        set_as_default: default,
+    }
+}
+
+const UNDO: Action<'static> = Action::Remove { name: "nvidia" };
+
+fn file() -> &'static Path {
+    Path::new("/etc/engine/config")
+}
+
+fn written(outcome: Outcome, case: &str) -> String {
+    match outcome {
+        Outcome::Write(text) => text,
+        other => panic!("{case}: expected a write, got {other:?}"),
+    }
+}
+
+fn docker_json(old: Option<&str>, action: Action<'_>, case: &str) -> Value {
+    let edited = docker::edit(old, file(), action).unwrap_or_else(|e| panic!("{case}: {e}"));
+    serde_json::from_str(&written(edited.outcome, case)).unwrap()
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+#[test]
+fn docker_adds_the_entry_nvidia_ctk_writes() {
+    let cases: &[(&str, Option<&str>, Value)] = &[
+        (
+            "missing file",
+            None,
+            json!({"runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+        (
+            "empty file",
+            Some(""),
+            json!({"runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+        (
+            "whitespace only",
+            Some(" \n\t\n"),
+            json!({"runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+        (
+            "other keys kept, entry appended",
+            Some(r#"{"log-driver": "json-file", "debug": true}"#),
+            json!({"log-driver": "json-file", "debug": true,
+                   "runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+        (
+            "existing entry updated in place, runtimeArgs kept",
+            Some(
+                r#"{"runtimes": {"nvidia": {"path": "/old", "runtimeArgs": ["--debug"]}, "x": {"path": "/x"}}}"#,
+            ),
+            json!({"runtimes": {"nvidia": {"path": RT, "runtimeArgs": ["--debug"]}, "x": {"path": "/x"}}}),
+        ),
+        (
+            "shim-style entry replaced",
+            Some(r#"{"runtimes": {"nvidia": {"runtimeType": "io.containerd.runc.v2"}}}"#),
+            json!({"runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+        (
+            "non-object entry replaced",
+            Some(r#"{"runtimes": {"nvidia": "/old"}}"#),
+            json!({"runtimes": {"nvidia": {"args": [], "path": RT}}}),
+        ),
+    ];
+    for (case, old, want) in cases {
+        let got = docker_json(*old, add(false), case);
+        assert_eq!(&got, want, "{case}");
+        assert_eq!(keys(&got), keys(want), "{case}: key order");
+    }
+}
+
+#[test]
+fn docker_key_order_is_kept() {
+    let old = r#"{"z": 1, "runtimes": {"b": {"path": "/b"}}, "a": 2, "default-runtime": "runc"}"#;
+    let got = docker_json(Some(old), add(true), "order");
+    assert_eq!(keys(&got), ["z", "runtimes", "a", "default-runtime"]);
+    assert_eq!(got["default-runtime"], "nvidia");
+    assert_eq!(keys(&got["runtimes"]), ["b", "nvidia"]);
+}
+
+#[test]
+fn docker_undo_removes_only_what_names_the_runtime() {
+    let cases: &[(&str, &str, Value)] = &[
+        (
+            "entry and default",
+            r#"{"a": 1, "default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "/x"}}}"#,
+            json!({"a": 1}),
+        ),
+        (
+            "another default stays",
+            r#"{"default-runtime": "runsc", "runtimes": {"nvidia": {"path": "/x"}, "runsc": {"path": "/r"}}}"#,
+            json!({"default-runtime": "runsc", "runtimes": {"runsc": {"path": "/r"}}}),
+        ),
+        (
+            "a default naming us without an entry",
+            r#"{"default-runtime": "nvidia"}"#,
+            json!({}),
+        ),
+    ];
+    for (case, old, want) in cases {
+        assert_eq!(&docker_json(Some(old), UNDO, case), want, "{case}");
+    }
+    for (case, old) in [
+        ("missing", None),
+        ("empty", Some("")),
+        (
+            "nothing of ours",
+            Some(r#"{"runtimes": {"x": {"path": "/x"}}}"#),
+        ),
+        ("runtimes not an object", Some(r#"{"runtimes": 3}"#)),
+    ] {
+        let edited = docker::edit(old, file(), UNDO).unwrap();
+        assert_eq!(edited.outcome, Outcome::Unchanged, "{case}");
+    }
+}
+
+#[test]
+fn docker_unchanged_when_already_configured() {
+    let old = "{\n  \"runtimes\": {\"nvidia\": {\"args\": [], \"path\": \"/usr/bin/nvidia-container-runtime\"}}\n}";
+    let edited = docker::edit(Some(old), file(), add(false)).unwrap();
+    assert_eq!(edited.outcome, Outcome::Unchanged);
+}
+
+#[test]
+fn docker_refuses_what_it_cannot_read() {
+    let cases: &[(&str, &str, usize, usize)] = &[
+        ("trailing comma", "{\n  \"a\": 1,\n}\n", 3, 1),
+        ("comment", "{\n  // no\n  \"a\": 1\n}", 2, 3),
+        ("truncated", "{\"a\": {", 1, 7),
+    ];
+    for (case, text, line, column) in cases {
+        match docker::edit(Some(text), file(), add(false)) {
+            Err(ConfigureError::InvalidJson {
+                line: l, column: c, ..
+            }) => assert_eq!((l, c), (*line, *column), "{case}"),
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+    for (case, text, found) in [
+        ("array", "[1]", "an array"),
+        ("string", "\"x\"", "a string"),
+        ("null", "null", "null"),
+    ] {
+        match docker::edit(Some(text), file(), add(false)) {
+            Err(ConfigureError::JsonNotObject { found: f, .. }) => assert_eq!(f, found, "{case}"),
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+    let err = docker::edit(Some(r#"{"runtimes": []}"#), file(), add(false)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/etc/engine/config: \"runtimes\" is an array, expected an object; nothing was changed"
+    );
+    let err = docker::edit(Some("{,}"), file(), add(false)).unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "/etc/engine/config is not valid JSON: key must be a string at line 1, column 2"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn docker_keeps_indentation_and_bom() {
+    let tabbed = "{\n\t\"a\": 1\n}\n";
+    let out = written(
+        docker::edit(Some(tabbed), file(), add(false))
+            .unwrap()
+            .outcome,
+        "tabs",
+    );
+    assert!(out.contains("\n\t\"runtimes\": {\n\t\t\"nvidia\""), "{out}");
+    let two = "{\n  \"a\": 1\n}\n";
+    let out = written(
+        docker::edit(Some(two), file(), add(false)).unwrap().outcome,
+        "two",
+    );
+    assert!(out.contains("\n  \"runtimes\": {\n    \"nvidia\""), "{out}");
+    let one_line = "{\"a\": 1}";
+    let out = written(
+        docker::edit(Some(one_line), file(), add(false))
+            .unwrap()
+            .outcome,
+        "flat",
+    );
+    assert!(
+        out.contains("\n    \"runtimes\""),
+        "nvidia-ctk's four spaces: {out}"
+    );
+    assert!(out.ends_with("}\n"));
+    let bom = "\u{feff}{\"a\": 1}";
+    let out = written(
+        docker::edit(Some(bom), file(), add(false)).unwrap().outcome,
+        "bom",
+    );
+    assert!(out.starts_with('\u{feff}'), "{out:?}");
+    serde_json::from_str::<Value>(out.trim_start_matches('\u{feff}')).unwrap();
+}
+
+const V2_STOCK: &str = r#"version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            BinaryName = ""
+            SystemdCgroup = true
+"#;
+
+fn containerd_toml(old: Option<&str>, action: Action<'_>, case: &str) -> String {
+    let edited = containerd::edit(old, file(), action).unwrap_or_else(|e| panic!("{case}: {e}"));
+    written(edited.outcome, case)
+}
+
+fn runtime<'a>(doc: &'a toml::Table, plugin: &str, name: &str) -> &'a toml::Value {
+    &doc["plugins"][plugin]["containerd"]["runtimes"][name]
+}
+
+#[test]
+fn containerd_v2_entry_copies_runc_and_sets_binary_name() {
+    let out = containerd_toml(Some(V2_STOCK), add(true), "v2");
+    let doc: toml::Table = out.parse().unwrap();
+    let cri = "io.containerd.grpc.v1.cri";
+    let nvidia = runtime(&doc, cri, "nvidia");
+    assert_eq!(nvidia["runtime_type"].as_str(), Some(containerd::RUNC_V2));
+    assert_eq!(nvidia["options"]["BinaryName"].as_str(), Some(RT));
+    assert_eq!(
+        nvidia["options"]["SystemdCgroup"].as_bool(),
+        Some(true),
+        "runc's settings carried over"
+    );
+    assert_eq!(
+        runtime(&doc, cri, "runc")["options"]["BinaryName"].as_str(),
+        Some(""),
+        "runc itself untouched"
+    );
+    assert_eq!(
+        doc["plugins"][cri]["containerd"]["default_runtime_name"].as_str(),
+        Some("nvidia")
+    );
+    // The new tables come right after runc's.
+    let runc_at = out.find("runtimes.runc.options]").unwrap();
+    let ours_at = out.find("runtimes.nvidia]").unwrap();
+    assert!(runc_at < ours_at, "{out}");
+
+    let back = containerd_toml(Some(&out), UNDO, "v2 undo");
+    assert_eq!(back, V2_STOCK, "configure + undo gives the file back");
+}
+
+#[test]
+fn containerd_v3_uses_the_cri_runtime_plugin() {
+    let v3 = V2_STOCK
+        .replace("version = 2", "version = 3")
+        .replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime");
+    let out = containerd_toml(Some(&v3), add(false), "v3");
+    let doc: toml::Table = out.parse().unwrap();
+    let nvidia = runtime(&doc, "io.containerd.cri.v1.runtime", "nvidia");
+    assert_eq!(nvidia["options"]["BinaryName"].as_str(), Some(RT));
+    assert!(
+        !out.contains("io.containerd.grpc.v1.cri"),
+        "nothing under the v2 plugin id: {out}"
+    );
+    assert_eq!(containerd_toml(Some(&out), UNDO, "v3 undo"), v3);
+}
+
+#[test]
+fn containerd_declares_builtin_runc_when_the_file_lists_no_runtime() {
+    for (case, old) in [
+        ("missing file", None),
+        ("empty file", Some("")),
+        ("keys but no runtimes", Some("version = 2\noom_score = 0\n")),
+    ] {
+        let out = containerd_toml(old, add(false), case);
+        let doc: toml::Table = out.parse().unwrap();
+        assert_eq!(doc["version"].as_integer(), Some(2), "{case}");
+        let cri = "io.containerd.grpc.v1.cri";
+        assert_eq!(
+            runtime(&doc, cri, "runc")["runtime_type"].as_str(),
+            Some(containerd::RUNC_V2),
+            "{case}: {out}"
+        );
+        assert_eq!(
+            runtime(&doc, cri, "nvidia")["options"]["BinaryName"].as_str(),
+            Some(RT),
+            "{case}"
+        );
+        let back = containerd_toml(Some(&out), UNDO, case);
+        let expected = old.filter(|o| !o.is_empty()).unwrap_or("version = 2\n");
+        assert_eq!(
+            back, expected,
+            "{case}: undo removes the runc we declared too"
+        );
+    }
+}
+
+#[test]
+fn containerd_comments_only_file_keeps_its_comments_on_top() {
+    let out = containerd_toml(Some("# node config\n\n"), add(false), "comments");
+    assert!(out.starts_with("# node config\n\nversion = 2\n"), "{out}");
+}
+
+#[test]
+fn containerd_existing_entry_updated_in_place() {
+    let old = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  privileged_without_host_devices = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/old"   # keep me
+"#;
+    let out = containerd_toml(Some(old), add(false), "in place");
+    assert_eq!(out, old.replace("\"/old\"", &format!("\"{RT}\"")));
+}
+
+#[test]
+fn containerd_inline_runtimes_stay_inline() {
+    let old = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n";
+    let out = containerd_toml(Some(old), add(false), "inline");
+    let doc: toml::Table = out.parse().unwrap();
+    let nvidia = runtime(&doc, "io.containerd.grpc.v1.cri", "nvidia");
+    assert_eq!(nvidia["options"]["BinaryName"].as_str(), Some(RT), "{out}");
+    assert_eq!(out.matches('[').count(), 1, "no new headers: {out}");
+}
+
+#[test]
+fn containerd_single_quotes_kept_when_replacing() {
+    let old = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'runc'  # stock\n";
+    let out = containerd_toml(Some(old), add(true), "quotes");
+    assert!(
+        out.contains("  default_runtime_name = 'nvidia'  # stock\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn containerd_template_skips_other_shims() {
+    let old = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "kata"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]
+  runtime_type = "io.containerd.kata.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata.options]
+    ConfigPath = "/etc/kata/configuration.toml"
+"#;
+    let out = containerd_toml(Some(old), add(false), "kata");
+    let doc: toml::Table = out.parse().unwrap();
+    let nvidia = runtime(&doc, "io.containerd.grpc.v1.cri", "nvidia");
+    assert!(nvidia["options"].get("ConfigPath").is_none(), "{out}");
+}
+
+#[test]
+fn containerd_refuses_what_it_cannot_edit() {
+    let v1 = containerd::edit(Some("oom_score = 0\n"), file(), add(false)).unwrap_err();
+    assert!(
+        matches!(v1, ConfigureError::ContainerdV1 { .. }),
+        "no version: {v1}"
+    );
+    assert!(v1.to_string().contains("containerd config migrate"), "{v1}");
+    let v1 = containerd::edit(Some("version = 1\n"), file(), add(false)).unwrap_err();
+    assert!(matches!(v1, ConfigureError::ContainerdV1 { .. }), "{v1}");
+    for (case, text, version) in [
+        ("future", "version = 4\n", "4"),
+        ("string", "version = \"2\"\n", "\"2\""),
+    ] {
+        match containerd::edit(Some(text), file(), add(false)) {
+            Err(ConfigureError::ContainerdVersion { version: v, .. }) => {
+                assert_eq!(v, version, "{case}")
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+    let bad = "version = 2\n\n[plugins\nx = 1\n";
+    match containerd::edit(Some(bad), file(), add(false)) {
+        Err(ConfigureError::InvalidToml { line, .. }) => assert_eq!(line, 3),
+        other => panic!("{other:?}"),
+    }
+    let not_table =
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = 5\n";
+    let err = containerd::edit(Some(not_table), file(), add(false)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/etc/engine/config: `plugins.io.containerd.grpc.v1.cri.containerd.runtimes` is an \
+         integer, expected a table; nothing was changed"
+    );
+}
+
+#[test]
+fn containerd_notes_a_disabled_cri_plugin() {
+    let old = "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n";
+    let edited = containerd::edit(Some(old), file(), add(false)).unwrap();
+    assert!(
+        edited
+            .notes
+            .iter()
+            .any(|n| n.contains("disables the CRI plugin")),
+        "{:?}",
+        edited.notes
+    );
+}
+
+#[test]
+fn containerd_undo_without_our_entry_is_unchanged() {
+    for (case, old) in [
+        ("missing", None),
+        ("empty", Some("")),
+        ("stock", Some(V2_STOCK)),
+    ] {
+        let edited = containerd::edit(old, file(), UNDO).unwrap();
+        assert_eq!(edited.outcome, Outcome::Unchanged, "{case}");
+    }
+}
+
+#[test]
+fn crio_drop_in() {
+    assert_eq!(
+        crio::drop_in("nvidia", RT, true),
+        "# Written by `nvshim configure crio`: registers the NVIDIA container runtime with CRI-O.\n\
+         # `nvshim configure crio --undo` removes this file.\n\n\
+         [crio.runtime]\n\
+         default_runtime = \"nvidia\"\n\n\
+         [crio.runtime.runtimes.nvidia]\n\
+         runtime_path = \"/usr/bin/nvidia-container-runtime\"\n\
+         runtime_type = \"oci\"\n"
+    );
+    let plain = crio::drop_in("nvidia", RT, false);
+    assert!(!plain.contains("default_runtime"), "{plain}");
+    assert!(!plain.contains("[crio.runtime]\n"), "{plain}");
+    let odd = crio::drop_in("gpu.fast", "/opt/a \"b\"", false);
+    let doc: toml::Table = odd.parse().unwrap();
+    assert_eq!(
+        doc["crio"]["runtime"]["runtimes"]["gpu.fast"]["runtime_path"].as_str(),
+        Some("/opt/a \"b\"")
+    );
+    assert_eq!(
+        crio::edit(Some(&plain), add(false)).outcome,
+        Outcome::Unchanged
+    );
+    assert_eq!(crio::edit(Some(&plain), UNDO).outcome, Outcome::Remove);
+    assert_eq!(crio::edit(None, UNDO).outcome, Outcome::Unchanged);
+}
+
+#[test]
+fn diff_is_unified() {
+    let old = "a\nb\nc\nd\ne\nf\ng\nh\ni\n";
+    let new = "a\nb\nc\nd\nE\nf\ng\nh\ni\nj\n";
+    assert_eq!(
+        diff::unified(old, new, "x", "y"),
+        "--- x\n+++ y\n@@ -2,8 +2,9 @@\n b\n c\n d\n-e\n+E\n f\n g\n h\n i\n+j\n"
+    );
+    assert_eq!(diff::unified(old, old, "x", "y"), "");
+    assert_eq!(
+        diff::unified("", "a\n", "/dev/null", "y"),
+        "--- /dev/null\n+++ y\n@@ -0,0 +1,1 @@\n+a\n"
+    );
+    assert_eq!(
+        diff::unified("a\n", "", "y", "/dev/null"),
+        "--- y\n+++ /dev/null\n@@ -1,1 +0,0 @@\n-a\n"
+    );
+    let far = "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n";
+    let two = "X\n2\n3\n4\n5\n6\n7\n8\n9\nY\n";
+    assert_eq!(
+        diff::unified(far, two, "x", "y"),
+        "--- x\n+++ y\n@@ -1,4 +1,4 @@\n-1\n+X\n 2\n 3\n 4\n@@ -7,4 +7,4 @@\n 7\n 8\n 9\n-10\n+Y\n"
+    );
+}
+
+fn json_object() -> impl Strategy<Value = serde_json::Map<String, Value>> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-z/ ]{0,8}".prop_map(Value::from),
+    ];
+    let value = leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            prop::collection::btree_map("[a-z-]{1,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    prop::collection::vec(("[a-z-]{1,10}", value), 0..8).prop_map(|kv| kv.into_iter().collect())
+}
+
+proptest! {
+    /// Whatever the file holds, the transform answers (never panics); what it writes is JSON.
+    #[test]
+    fn docker_never_panics(text in ".{0,200}") {
+        if let Ok(edited) = docker::edit(Some(&text), file(), add(true))
+            && let Outcome::Write(out) = edited.outcome
+        {
+            let parsed = serde_json::from_str::<Value>(out.trim_start_matches(BOM));
+            prop_assert!(parsed.is_ok(), "not JSON: {:?}", out);
+        }
+    }
+
+    /// configure then undo: every other key back, in its order, with its value.
+    #[test]
+    fn docker_round_trip(mut config in json_object(), pretty in any::<bool>()) {
+        config.shift_remove("runtimes");
+        config.shift_remove("default-runtime");
+        let text = if pretty {
+            serde_json::to_string_pretty(&config).unwrap()
+        } else {
+            serde_json::to_string(&config).unwrap()
+        };
+        let added = docker_json(Some(&text), add(true), "add");
+        prop_assert_eq!(&added["runtimes"]["nvidia"]["path"], RT);
+        let added = serde_json::to_string(&added).unwrap();
+        let back = docker::edit(Some(&added), file(), UNDO).unwrap();
+        let back: Value = serde_json::from_str(&written(back.outcome, "undo")).unwrap();
+        prop_assert_eq!(keys(&back), config.keys().cloned().collect::<Vec<_>>());
+        prop_assert_eq!(back, Value::Object(config));
+    }
+
+    /// Whatever the file holds, the transform answers; what it writes parses as TOML, has our
+    /// runtime where the schema says, and undo takes it out again.
+    #[test]
+    fn containerd_add_then_undo(text in containerd_text(), default in any::<bool>()) {
+        if let Ok(edited) = containerd::edit(Some(&text), file(), add(default))
+            && let Outcome::Write(out) = edited.outcome
+        {
+            let doc: toml::Table = out.parse().map_err(|e| TestCaseError::fail(format!("{e}\n{out}")))?;
+            let plugin = if doc["version"].as_integer() == Some(3) {
+                "io.containerd.cri.v1.runtime"
+            } else {
+                "io.containerd.grpc.v1.cri"
+            };
+            prop_assert_eq!(
+                runtime(&doc, plugin, "nvidia")["options"]["BinaryName"].as_str(),
+                Some(RT)
+            );
+            let undone = containerd::edit(Some(&out), file(), UNDO).unwrap();
+            let back = match undone.outcome {
+                Outcome::Write(back) => back,
+                other => return Err(TestCaseError::fail(format!("{other:?}"))),
+            };
+            let doc: toml::Table = back.parse().unwrap();
+            let containerd = doc.get("plugins").and_then(|p| p.get(plugin)).and_then(|p| p.get("containerd"));
+            let runtimes = containerd.and_then(|c| c.get("runtimes"));
+            prop_assert!(runtimes.and_then(|r| r.get("nvidia")).is_none(), "{}", back);
+            let default_name = containerd.and_then(|c| c.get("default_runtime_name"));
+            prop_assert!(default_name.and_then(|d| d.as_str()) != Some("nvidia"), "{}", back);
+        }
+    }
+}
+
+/// containerd configs made of lines that matter to the edit, in any order (many are invalid:
+/// duplicate tables, values where tables go).
+fn containerd_text() -> impl Strategy<Value = String> {
+    let lines = prop::sample::select(vec![
+        "",
+        "# a comment",
+        "x = 1",
+        "[plugins]",
+        "[plugins.\"io.containerd.grpc.v1.cri\"]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]",
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]",
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd]",
+        "runtime_type = \"io.containerd.runc.v2\"  # shim",
+        "runtime_type = \"io.containerd.kata.v2\"",
+        "default_runtime_name = \"runc\"",
+        "default_runtime_name = 'nvidia'",
+        "SystemdCgroup = true",
+        "BinaryName = ''",
+        "options = { BinaryName = \"\" }",
+        "runtimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }",
+        "runtimes = 5",
+        "containerd.runtimes.crun.runtime_type = \"io.containerd.runc.v2\"",
+    ]);
+    (
+        prop::sample::select(vec!["", "version = 2\n", "version = 3\n"]),
+        prop::collection::vec(lines, 0..10),
+    )
+        .prop_map(|(version, lines)| format!("{version}{}\n", lines.join("\n")))
+}
+
+#[test]
+fn containerd_undo_resets_a_default_naming_us_without_an_entry() {
+    let old = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+"#;
+    let out = containerd_toml(Some(old), UNDO, "default only");
+    assert_eq!(out, old.replace("\"nvidia\"", "\"runc\""));
+}
