@@ -3,6 +3,7 @@
 //! as values for the binary to print.
 
 pub mod configure;
+pub mod doctor;
 pub mod info;
 pub mod list;
 
@@ -76,6 +77,9 @@ pub enum Command {
     List(list::ListArgs),
     /// Register the NVIDIA runtime with docker, containerd or CRI-O (or take it out: --undo).
     Configure(configure::ConfigureArgs),
+    /// Check the node end to end (driver, NVML, device nodes, driver files, binaries,
+    /// engine registration) and print the fix for each problem.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +92,8 @@ pub enum CliError {
     Request(#[from] crate::request::RequestError),
     #[error(transparent)]
     Configure(#[from] configure::ConfigureError),
+    #[error("{failed} check(s) failed (see above)")]
+    Doctor { failed: usize },
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
     #[error("cannot encode JSON: {0}")]
@@ -100,5 +106,6 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Info(args) => info::run(&cli.host, args, out),
         Command::List(args) => list::run(&cli.host, args, out),
         Command::Configure(args) => configure::run(args, out),
+        Command::Doctor(args) => doctor::run(&cli.host, args, out),
     }
 }

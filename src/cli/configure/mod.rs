@@ -12,8 +12,8 @@
 //! look for NVIDIA's entries find ours. Where we differ (containerd's built-in `runc` declared
 //! explicitly, an existing entry updated in place) the engine module says why.
 
-mod containerd;
-mod crio;
+pub(crate) mod containerd;
+pub(crate) mod crio;
 mod diff;
 mod docker;
 mod write;
