@@ -198,12 +198,13 @@ fn errors_reach_docker_run() {
         "docker run should show our error: {}",
         run.stderr()
     );
-    // --gpus with the stock runc: the hook runs and says what to do.
-    let run = d.run(&["--gpus", "all"]);
+    // --gpus with the stock runc: the prestart hook injects, and its errors reach
+    // docker run too.
+    let run = d.run(&["--gpus", "\"device=7\""]);
     assert!(!run.0.status.success(), "{}", run.stdout());
     assert!(
-        run.stderr().contains("--runtime=nvidia"),
-        "the hook should name the fix: {}",
+        run.stderr().contains("nvidia-container-runtime-hook") && run.stderr().contains("\"7\""),
+        "the hook's error should reach docker run: {}",
         run.stderr()
     );
 }

@@ -13,6 +13,7 @@
 //! target, so a reader never sees half a file and a planted symlink at the target
 //! is replaced, not followed.
 
+pub mod fdpath;
 pub mod linker;
 
 use std::ffi::{OsStr, OsString};
@@ -95,7 +96,10 @@ impl Rootfs {
     /// Reads the regular file at `path` (a container path), at most `limit` bytes.
     /// `Ok(None)` when it (or a directory on the way) does not exist.
     pub fn read(&self, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RootfsError> {
-        let fd = match self.resolve(path, OFlag::O_RDONLY | OFlag::O_NOCTTY, Mode::empty()) {
+        // Resolved as O_PATH and checked before it is opened for reading: opening a
+        // FIFO the image put there would block the runtime, and opening a device node
+        // can have side effects.
+        let fd = match self.resolve(path, OFlag::O_PATH, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
             Err(source) => return Err(self.err(path, source)),
@@ -107,6 +111,13 @@ impl Rootfs {
                 path: path.to_path_buf(),
             });
         }
+        // Reopening the O_PATH fd through /proc/self/fd opens exactly that inode.
+        let fd = fcntl::open(
+            format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)).as_str(),
+            OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| self.err(path, e))?;
         let size = u64::try_from(st.st_size).unwrap_or(0).min(limit);
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
         File::from(fd)

@@ -218,3 +218,20 @@ fn symlinks_are_created_replaced_and_kept_inside() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn a_fifo_or_device_is_not_opened() {
+    let s = setup();
+    fs::create_dir_all(s.root.join("etc")).unwrap();
+    nix::unistd::mkfifo(
+        &s.root.join("etc/ld.so.cache"),
+        Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    // Opening the FIFO for reading would block until a writer came: it must not be opened.
+    assert!(matches!(
+        r.read(Path::new("/etc/ld.so.cache"), 100),
+        Err(RootfsError::NotAFile { .. })
+    ));
+}
