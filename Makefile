@@ -45,6 +45,7 @@ bench: static-runtime
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench create
 	$(CARGO) bench --bench pipeline
 	NVSHIM_BENCH_PLUGIN=$(CURDIR)/target/release/nvidia-device-plugin $(CARGO) bench --bench plugin
+	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench hook
 
 clean:
 	$(CARGO) clean
