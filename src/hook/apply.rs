@@ -15,8 +15,6 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-use nix::sys::stat::{self, SFlag};
-
 use super::HookError;
 use super::host::Sources;
 use super::mounts;
@@ -24,9 +22,9 @@ use super::nodes::{self, Made};
 use super::ns::UserNamespace;
 use crate::discover::SymlinkEdit;
 use crate::ldcache::Entry;
+use crate::rootfs::Rootfs;
 use crate::rootfs::fdpath::Created;
 use crate::rootfs::linker::{self, Refresh};
-use crate::rootfs::{Rootfs, RootfsError};
 
 /// What [`apply`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,9 +98,6 @@ pub fn apply(
             tracing::debug!(path = %link.path.display(), target = %link.target, changed, "symlink");
             applied.symlinks += usize::from(changed);
         }
-        if !files.ldcache.is_empty() {
-            refuse_special_cache(&rootfs)?;
-        }
         applied.ldcache = linker::refresh(&rootfs, files.ldcache)?;
         tracing::debug!(rootfs = %rootfs.path().display(), ldcache = ?applied.ldcache, "container linker cache");
         Ok(applied)
@@ -111,30 +106,6 @@ pub fn apply(
         undo.run();
     }
     result
-}
-
-/// Fails if the image's `/etc/ld.so.cache` (followed inside the root) is a FIFO, a
-/// device or a socket: reading it would block the hook, or touch a device.
-fn refuse_special_cache(rootfs: &Rootfs) -> Result<(), HookError> {
-    let path = Path::new(linker::CACHE_PATH);
-    let Some(fd) = rootfs.path_fd(path)? else {
-        return Ok(());
-    };
-    let st = stat::fstat(&fd).map_err(|source| RootfsError::Path {
-        root: rootfs.path().to_path_buf(),
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    if kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR {
-        // A directory fails in `refresh` with its own message.
-        return Ok(());
-    }
-    Err(RootfsError::NotAFile {
-        root: rootfs.path().to_path_buf(),
-        path: path.to_path_buf(),
-    }
-    .into())
 }
 
 fn apply_with<'a>(

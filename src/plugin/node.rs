@@ -68,8 +68,9 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
     let rebuild = || -> Result<Node, PluginError> {
         let settings = config::resolve_from_process(args)?;
         tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "restarting");
-        // The old thread stops before NVML is loaded again.
-        monitor = None;
+        // The old health thread keeps watching the old node until the new one is up:
+        // when the rebuild fails, the server goes on serving the old node, and its
+        // health must stay live. (Two NVML handles at once are fine: init is counted.)
         let (node, fresh) = start(settings)?;
         monitor = Some(fresh);
         Ok(node)

@@ -18,6 +18,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, Mode, SFlag};
+use nix::sys::statfs;
 use nix::unistd::{self, UnlinkatFlags};
 
 use super::{Rootfs, RootfsError};
@@ -124,6 +125,24 @@ impl Rootfs {
                 None,
             ),
         };
+        // runc has mounted /proc, /sys and the cgroups under the root before the hook
+        // runs; an image link must not make us mount driver files over those files.
+        let fs = statfs::fstatfs(&fd).map_err(|e| self.err(path, e))?;
+        let kernel_fs = [
+            statfs::PROC_SUPER_MAGIC,
+            statfs::SYSFS_MAGIC,
+            statfs::CGROUP_SUPER_MAGIC,
+            statfs::CGROUP2_SUPER_MAGIC,
+        ];
+        if kernel_fs.contains(&fs.filesystem_type()) {
+            if let Some(created) = &created {
+                let _ = created.remove();
+            }
+            return Err(RootfsError::OtherMount {
+                root: self.path().to_path_buf(),
+                path: path.to_path_buf(),
+            });
+        }
         let st = stat::fstat(&fd).map_err(|e| self.err(path, e))?;
         let is_dir = file_type(st.st_mode) == SFlag::S_IFDIR;
         match (kind, is_dir) {

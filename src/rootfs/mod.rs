@@ -54,6 +54,11 @@ pub enum RootfsError {
     },
     #[error("{path} in the container rootfs {root} is not a regular file")]
     NotAFile { root: PathBuf, path: PathBuf },
+    #[error(
+        "{path} in the container rootfs {root} leads to another filesystem (a mount such as \
+         /proc or a volume, reached through the image's symlinks); nothing is written there"
+    )]
+    OtherMount { root: PathBuf, path: PathBuf },
     #[error("{path} in the container rootfs {root} is larger than {limit} bytes")]
     TooLarge {
         root: PathBuf,
@@ -67,6 +72,8 @@ pub enum RootfsError {
 pub struct Rootfs {
     fd: OwnedFd,
     path: PathBuf,
+    /// The root's `st_dev`: files we write must be on the rootfs's own filesystem.
+    dev: u64,
 }
 
 impl Rootfs {
@@ -82,10 +89,33 @@ impl Rootfs {
             root: path.to_path_buf(),
             source,
         })?;
+        let dev = stat::fstat(&fd)
+            .map_err(|source| RootfsError::Root {
+                root: path.to_path_buf(),
+                source,
+            })?
+            .st_dev;
         Ok(Rootfs {
             fd,
             path: path.to_path_buf(),
+            dev,
         })
+    }
+
+    /// Fails unless `dir` is on the rootfs's own filesystem. When the hook
+    /// runs, runc has already mounted `/proc`, `/sys` and the container's volumes under
+    /// the root; an image link such as `/etc -> /data` (a host volume) must not make us
+    /// write there as host root. `RESOLVE_IN_ROOT` alone would allow it.
+    fn on_root_fs(&self, dir: &OwnedFd, path: &Path) -> Result<(), RootfsError> {
+        let st = stat::fstat(dir).map_err(|e| self.err(path, e))?;
+        if st.st_dev == self.dev {
+            Ok(())
+        } else {
+            Err(RootfsError::OtherMount {
+                root: self.path.clone(),
+                path: path.to_path_buf(),
+            })
+        }
     }
 
     /// The rootfs's host path (for messages).
@@ -142,6 +172,7 @@ impl Rootfs {
             return Err(self.err(path, Errno::EINVAL));
         };
         let dir = self.ensure_dir(parent)?;
+        self.on_root_fs(&dir, path)?;
         let mut tmp = OsString::from(".");
         tmp.push(name);
         tmp.push(format!(
@@ -177,6 +208,7 @@ impl Rootfs {
             return Err(self.err(path, Errno::EINVAL));
         };
         let dir = self.ensure_dir(parent)?;
+        self.on_root_fs(&dir, path)?;
         match stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
                 return Err(self.err(path, Errno::EISDIR));

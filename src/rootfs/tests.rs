@@ -235,3 +235,70 @@ fn a_fifo_or_device_is_not_opened() {
         Err(RootfsError::NotAFile { .. })
     ));
 }
+
+#[test]
+fn writes_that_lead_onto_another_filesystem_are_refused() {
+    // A tmpfs mounted inside the root stands for runc's /proc or a volume; the image's
+    // `/etc -> /vol` leads onto it. (Tests run as root, as the whole suite does.)
+    let s = setup();
+    let vol = s.root.join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &vol,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    symlink("/vol", s.root.join("etc")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    let cache = r.replace(Path::new("/etc/ld.so.cache"), b"x", 0o644);
+    let link = r.symlink(Path::new("/etc/libcuda.so.1"), "x");
+    let _ = nix::mount::umount(&vol);
+    assert!(
+        matches!(cache, Err(RootfsError::OtherMount { .. })),
+        "{cache:?}"
+    );
+    assert!(
+        matches!(link, Err(RootfsError::OtherMount { .. })),
+        "{link:?}"
+    );
+    assert!(!vol.join("ld.so.cache").exists());
+}
+
+#[test]
+fn mountpoints_on_proc_are_refused_even_through_an_image_link() {
+    let s = setup();
+    let proc_dir = s.root.join("proc");
+    fs::create_dir_all(&proc_dir).unwrap();
+    fs::create_dir_all(s.root.join("usr/bin")).unwrap();
+    // As runc leaves it before the prestart hook: the container's /proc is mounted.
+    nix::mount::mount(
+        Some("proc"),
+        &proc_dir,
+        Some("proc"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    symlink("/proc/self/attr/exec", s.root.join("usr/bin/nvidia-smi")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    let direct = r.mountpoint(
+        Path::new("/proc/self/attr/exec"),
+        fdpath::MountpointKind::File,
+    );
+    let linked = r.mountpoint(
+        Path::new("/usr/bin/nvidia-smi"),
+        fdpath::MountpointKind::File,
+    );
+    let _ = nix::mount::umount(&proc_dir);
+    assert!(
+        matches!(direct, Err(RootfsError::OtherMount { .. })),
+        "direct"
+    );
+    assert!(
+        matches!(linked, Err(RootfsError::OtherMount { .. })),
+        "through the link"
+    );
+}

@@ -59,9 +59,15 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         }
     }
 
-    let outcome = std::env::current_dir()
-        .map_err(RuntimeError::Cwd)
-        .and_then(|cwd| super::prepare(&invocation, &cwd, &config, nvml));
+    // Only a create needs the cwd (the default bundle): `delete` or `kill` run from a
+    // bundle directory that is already gone must still reach runc.
+    let outcome = if invocation.creates_container() {
+        std::env::current_dir()
+            .map_err(RuntimeError::Cwd)
+            .and_then(|cwd| super::prepare(&invocation, &cwd, &config, nvml))
+    } else {
+        Ok(None)
+    };
     match outcome {
         Ok(Some(outcome)) => tracing::info!(?outcome, "prepared bundle"),
         Ok(None) => {}
