@@ -102,10 +102,16 @@ fn write_text(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             writeln!(out, "      from {}", mount.host_path)?;
         }
     }
-    writeln!(out, "\nHooks:")?;
-    for hook in &edits.hooks {
-        let args = hook.args.get(1..).unwrap_or_default().join(" ");
-        writeln!(out, "  {}: {} {}", hook.hook_name, hook.path, args)?;
+    writeln!(out, "\nSymlinks (created in the rootfs):")?;
+    for link in &plan.symlinks {
+        writeln!(out, "  {} -> {}", link.path.display(), link.target)?;
+    }
+    if !edits.hooks.is_empty() {
+        writeln!(out, "\nHooks:")?;
+        for hook in &edits.hooks {
+            let args = hook.args.get(1..).unwrap_or_default().join(" ");
+            writeln!(out, "  {}: {} {}", hook.hook_name, hook.path, args)?;
+        }
     }
     if !plan.missing.is_empty() {
         writeln!(out, "\nNot on this host (optional, skipped):")?;
