@@ -20,26 +20,15 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{median, ms, pct, rounds, runtime};
 use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
-
-/// `$NVSHIM_BENCH_RUNTIME` (`make bench` sets it to the static build packages install)
-/// or cargo's build of the runtime.
-fn runtime() -> String {
-    std::env::var("NVSHIM_BENCH_RUNTIME")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime").to_string())
-}
-
-fn rounds() -> usize {
-    std::env::var("NVSHIM_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(41)
-}
 
 struct Bundle {
     dir: PathBuf,
@@ -79,21 +68,6 @@ fn time(cmd: &mut Command) -> Duration {
     let took = start.elapsed();
     assert!(status.success(), "{cmd:?} failed");
     took
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn pct(v: &[Duration], p: usize) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[(v.len() - 1) * p / 100]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 fn main() {
@@ -158,7 +132,7 @@ fn main() {
         "/bin/true alone",
     ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
-    let n = rounds();
+    let n = rounds(41);
     // Runs `first` and `second` back to back, in swapped order every other round, so
     // neither always pays for the other's clean-up (runc's delete finishes some of its
     // work after it returns).
@@ -200,7 +174,7 @@ fn main() {
         }
     }
 
-    let medians: Vec<Duration> = samples.iter().map(|s| median(&mut s.clone())).collect();
+    let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
     println!("create, {n} interleaved rounds, simulated 8-GPU node (compute,utility)");
     println!("runtime: {runtime}\n");
     println!(

@@ -18,28 +18,19 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{median, ms, pct, rounds, runtime};
 use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
 use serde_json::{Value, json};
 
 const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-fn runtime() -> String {
-    std::env::var("NVSHIM_BENCH_RUNTIME")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime").to_string())
-}
-
-fn rounds() -> usize {
-    std::env::var("NVSHIM_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(25)
-}
 
 /// A bundle whose rootfs and spec are put back from pristine copies before each use.
 struct Bundle {
@@ -100,22 +91,6 @@ fn time(cmd: &mut Command, stderr: &Path) -> Duration {
         fs::read_to_string(stderr).unwrap_or_default()
     );
     took
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn pct(v: &[Duration], p: usize) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[(v.len() - 1) * p / 100]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 fn main() {
@@ -206,7 +181,7 @@ fn main() {
         "/bin/true alone",
     ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
-    let n = rounds();
+    let n = rounds(25);
     for round in 0..=n {
         // Rotate the order of the three creates so none always follows the same one.
         let mut row = [Duration::ZERO; 5];
