@@ -93,13 +93,9 @@ pub fn apply(
     let result = apply_with(&rootfs, sources, user, &mut undo).and_then(|mut applied| {
         // Last: links and a file rewrite in the rootfs. Not undone (a replaced link
         // cannot be put back), but nothing else is left behind when they fail.
-        for link in files.symlinks {
-            let changed = rootfs.symlink(&link.path, &link.target)?;
-            tracing::debug!(path = %link.path.display(), target = %link.target, changed, "symlink");
-            applied.symlinks += usize::from(changed);
-        }
-        applied.ldcache = linker::refresh(&rootfs, files.ldcache)?;
-        tracing::debug!(rootfs = %rootfs.path().display(), ldcache = ?applied.ldcache, "container linker cache");
+        let (links, ldcache) = linker::install(&rootfs, files.symlinks, files.ldcache)?;
+        applied.symlinks += links;
+        applied.ldcache = ldcache;
         Ok(applied)
     });
     if result.is_err() {

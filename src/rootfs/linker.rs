@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+use crate::discover::SymlinkEdit;
 use crate::ldcache::{self, Entry, Format, GENERATOR, LdCache};
 
 use super::{Rootfs, RootfsError};
@@ -32,6 +33,25 @@ pub enum Refresh {
         /// Whether the image had a cache we could read (else it was started afresh).
         had_cache: bool,
     },
+}
+
+/// The part of an injection that lives in the rootfs itself, shared by the runtime and
+/// the prestart hook: the driver's symlinks, then the linker cache merge. Returns how
+/// many links changed and what happened to the cache.
+pub fn install(
+    rootfs: &Rootfs,
+    links: &[SymlinkEdit],
+    add: &[Entry],
+) -> Result<(usize, Refresh), RootfsError> {
+    let mut changed = 0;
+    for link in links {
+        let done = rootfs.symlink(&link.path, &link.target)?;
+        tracing::debug!(path = %link.path.display(), target = %link.target, changed = done, "symlink");
+        changed += usize::from(done);
+    }
+    let refresh = refresh(rootfs, add)?;
+    tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
+    Ok((changed, refresh))
 }
 
 /// Adds `add` to the rootfs's linker cache. An entry replaces the image's entries

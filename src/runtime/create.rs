@@ -80,12 +80,7 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
         let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
         let rootfs = Rootfs::open(&dir.join(root))?;
-        for link in &plan.symlinks {
-            let changed = rootfs.symlink(&link.path, &link.target)?;
-            tracing::debug!(path = %link.path.display(), target = %link.target, changed, "symlink");
-        }
-        let refresh = linker::refresh(&rootfs, &plan.ldcache)?;
-        tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
+        linker::install(&rootfs, &plan.symlinks, &plan.ldcache)?;
     }
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
     mark(&mut loaded.doc, &request.devices.to_string())?;
