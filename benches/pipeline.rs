@@ -52,6 +52,7 @@ fn run(backend: Backend) -> pipeline::Plan {
             nvml_library: None,
         },
         nvml: pipeline::NvmlAccess::InProcess,
+        cdi: pipeline::CdiFiles::Never,
     };
     let request = Request::new(DeviceList::All, DriverCapabilities::all());
     pipeline::plan(&ctx, &request).expect("plan")

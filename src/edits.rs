@@ -1,7 +1,7 @@
 //! Turns discovered host resources into CDI-shaped [`ContainerEdits`].
 //!
 //! Pure and deterministic: the same resources give the same edits, in a stable
-//! order (device nodes as discovered, mounts by depth then path), so
+//! order (device nodes by path, mounts by depth then path: `ContainerEdits::normalise`), so
 //! `nvshim list --json`, golden tests and generated CDI specs never churn. Decides
 //! mount options by file kind.
 //!
@@ -15,7 +15,6 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::path::Path;
 
 use crate::cdi::{ContainerEdits, DeviceNode, Mount};
 use crate::discover::{FileKind, HostResources, SymlinkEdit};
@@ -49,7 +48,7 @@ pub fn build(resources: &HostResources) -> ContainerEdits {
         })
         .collect();
 
-    let mut mounts: Vec<Mount> = resources
+    let mounts: Vec<Mount> = resources
         .files
         .iter()
         .flat_map(|file| {
@@ -61,21 +60,16 @@ pub fn build(resources: &HostResources) -> ContainerEdits {
             })
         })
         .collect();
-    // Parents before children (as the CDI library does), then by path.
-    mounts.sort_by(|a, b| {
-        depth(&a.container_path)
-            .cmp(&depth(&b.container_path))
-            .then_with(|| a.container_path.cmp(&b.container_path))
-    });
-    mounts.dedup_by(|a, b| a.container_path == b.container_path);
-
-    ContainerEdits {
+    let mut edits = ContainerEdits {
         env: Vec::new(),
         device_nodes,
         mounts,
         hooks: Vec::new(),
         additional_gids: Vec::new(),
-    }
+    };
+    // Device nodes by path; mounts parents before children, then by path.
+    edits.normalise();
+    edits
 }
 
 /// The symlinks to create in the container for `resources`, by path, each path once
@@ -100,10 +94,6 @@ fn options(kind: FileKind) -> &'static [&'static str] {
         FileKind::Socket => SOCKET_OPTIONS,
         FileKind::IpcDir => IPC_DIR_OPTIONS,
     }
-}
-
-fn depth(path: &str) -> usize {
-    Path::new(path).components().count()
 }
 
 #[cfg(test)]

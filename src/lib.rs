@@ -17,7 +17,9 @@
 //! inject                             ContainerEdits → an OCI spec (JSON), the only spec writer
 //! pipeline                           plan(): the one path through all of the above
 //! runtime                            the runc shim: argv, create, low-level runtime, exec
-//! hook                               the prestart hook docker's --gpus adds
+//! hook                               the prestart hook docker's --gpus adds, and the
+//!                                    createContainer hook of our CDI specs (link-driver)
+//! generate                           plans → a CDI spec for this host (nvshim cdi generate)
 //! plugin                             the kubelet device plugin (its own pipeline: config,
 //!                                    resources, health, allocate, preferred, server)
 //! logging, cli                       front-end plumbing
@@ -49,6 +51,7 @@ pub mod pipeline;
 
 pub mod runtime;
 
+pub mod generate;
 pub mod hook;
 pub mod plugin;
 

@@ -6,12 +6,13 @@
 //! fatal. A `void` request touches nothing on the host at all.
 
 use std::fs;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::bundle::SpecDoc;
-use crate::cdi::ContainerEdits;
-use crate::config::{Config, ConfigError};
+use crate::cdi::{self, ContainerEdits};
+use crate::config::{Config, ConfigError, Mode};
 use crate::discover::{self, HostResources, Missing, SymlinkEdit, Want};
 use crate::edits;
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
@@ -27,6 +28,29 @@ pub struct Context {
     pub source: Source,
     /// Whether this process may load NVML.
     pub nvml: NvmlAccess,
+    /// Whether CDI names are looked up in spec files, and where.
+    pub cdi: CdiFiles,
+}
+
+/// How CDI device names (`nvidia.com/gpu=0`) are resolved: from the spec files in
+/// `modes.cdi.spec-dirs`, or in memory from this host (JIT), as the config's `mode`
+/// says. Only requests that name CDI devices read the spec directories.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum CdiFiles {
+    /// JIT only (`mode = "jit-cdi"`, the prestart hook, `nvshim list`): our kinds
+    /// (`nvidia.com/gpu`, …) are planned from this host, other kinds are an error.
+    #[default]
+    Never,
+    /// `mode = "auto"`: a name a spec file defines comes from that file; otherwise
+    /// our kinds are planned in memory.
+    Prefer(Vec<PathBuf>),
+    /// `mode = "cdi"`: every device must be defined by a spec file; ids that are not
+    /// CDI names (`0`, `GPU-…`, `all`) are read as names of `default_kind`
+    /// (`modes.cdi.default-kind`), as NVIDIA's runtime does.
+    Only {
+        dirs: Vec<PathBuf>,
+        default_kind: String,
+    },
 }
 
 /// Whether the planning process may load `libnvidia-ml.so.1` itself.
@@ -59,6 +83,9 @@ pub struct Plan {
     pub symlinks: Vec<SymlinkEdit>,
     /// Optional things the host lacks (shown by `nvshim list`, logged by the runtime).
     pub missing: Vec<Missing>,
+    /// The CDI names whose edits came from spec files (their edits are in `edits`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cdi_devices: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +96,10 @@ pub enum PipelineError {
     Select(#[from] select::SelectError),
     #[error(transparent)]
     Discover(#[from] discover::DiscoverError),
+    #[error(transparent)]
+    CdiSpec(#[from] Box<cdi::RegistryError>),
+    #[error("invalid CDI device name: {0}")]
+    CdiName(#[from] cdi::CdiNameError),
     #[error("this request needs NVML ({reason}) and this process does not load it")]
     NeedsNvml { reason: &'static str },
     #[error("{what} is needed for {needed_for} but {}", detail.as_deref().unwrap_or("does not exist on the host"))]
@@ -91,9 +122,101 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             ldcache: Vec::new(),
             symlinks: Vec::new(),
             missing: Vec::new(),
+            cdi_devices: Vec::new(),
         });
     }
+    if let Some(planned) = plan_from_spec_files(ctx, request)? {
+        return Ok(planned);
+    }
     let (backend, inventory) = load_inventory(ctx, request)?;
+    plan_on(ctx, request, backend, inventory)
+}
+
+/// Resolves the request's CDI names that spec files define (all of them in `cdi`
+/// mode); the rest of the request is planned from the host and the two merged.
+/// `None` when no name comes from a file (then nothing was read but the directories).
+fn plan_from_spec_files(ctx: &Context, request: &Request) -> Result<Option<Plan>, PipelineError> {
+    let all = [DeviceId::Cdi {
+        kind: String::new(),
+        name: "all".to_owned(),
+    }];
+    let (dirs, default_kind, ids) = match (&ctx.cdi, &request.devices) {
+        (CdiFiles::Never, _) => return Ok(None),
+        (CdiFiles::Prefer(dirs), DeviceList::Ids(ids))
+            if ids.iter().any(|id| matches!(id, DeviceId::Cdi { .. })) =>
+        {
+            (dirs, None, ids.as_slice())
+        }
+        (CdiFiles::Only { dirs, default_kind }, DeviceList::Ids(ids)) => {
+            (dirs, Some(default_kind), ids.as_slice())
+        }
+        (CdiFiles::Only { dirs, default_kind }, DeviceList::All) => {
+            (dirs, Some(default_kind), all.as_slice())
+        }
+        _ => return Ok(None),
+    };
+    let registry = cdi::Registry::load(dirs);
+    let mut from_files = Vec::new();
+    let mut rest = Vec::new();
+    for id in ids {
+        let qualified = match (id, default_kind) {
+            (DeviceId::Cdi { kind, name }, _) if !kind.is_empty() => format!("{kind}={name}"),
+            (DeviceId::Cdi { name, .. }, Some(default_kind)) => format!("{default_kind}={name}"),
+            (id, Some(default_kind)) => format!("{default_kind}={id}"),
+            (id, None) => {
+                rest.push(id.clone());
+                continue;
+            }
+        };
+        let qualified: cdi::QualifiedName = qualified.parse()?;
+        if default_kind.is_some() || registry.contains(&qualified) {
+            from_files.push(qualified);
+        } else {
+            rest.push(id.clone());
+        }
+    }
+    if from_files.is_empty() {
+        return Ok(None);
+    }
+    let edits = registry.resolve(&from_files).map_err(Box::new)?;
+    let cdi_devices = from_files.iter().map(ToString::to_string).collect();
+    let mut plan = if rest.is_empty() {
+        Plan {
+            request: request.clone(),
+            backend: None,
+            driver: None,
+            selection: Selection::default(),
+            edits: ContainerEdits::default(),
+            ldcache: Vec::new(),
+            symlinks: Vec::new(),
+            missing: Vec::new(),
+            cdi_devices: Vec::new(),
+        }
+    } else {
+        let rest = Request {
+            devices: DeviceList::Ids(rest),
+            ..request.clone()
+        };
+        let (backend, inventory) = load_inventory(ctx, &rest)?;
+        Plan {
+            request: request.clone(),
+            ..plan_on(ctx, &rest, backend, inventory)?
+        }
+    };
+    tracing::debug!(devices = ?cdi_devices, "CDI devices from spec files");
+    plan.edits.merge(&edits);
+    plan.cdi_devices = cdi_devices;
+    Ok(Some(plan))
+}
+
+/// Plans `request` on an inventory already loaded (by [`load_inventory`]): what a
+/// caller planning many requests on one host does (`nvshim cdi generate`).
+pub fn plan_on(
+    ctx: &Context,
+    request: &Request,
+    backend: Backend,
+    inventory: Inventory,
+) -> Result<Plan, PipelineError> {
     let selection = select::resolve(&request.devices, &inventory)?;
     if !request.requirements.is_empty() {
         select::check(&request.requirements, &facts(&inventory, &selection))?;
@@ -138,6 +261,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
         edits,
         ldcache,
         symlinks,
+        cdi_devices: Vec::new(),
     })
 }
 
@@ -284,6 +408,22 @@ pub fn context(config: &Config) -> Context {
             nvml_library: None,
         },
         nvml: NvmlAccess::InProcess,
+        cdi: {
+            let dirs = config.nvidia_container_runtime.modes.cdi.spec_dirs.clone();
+            match config.nvidia_container_runtime.mode {
+                Mode::JitCdi => CdiFiles::Never,
+                Mode::Cdi => CdiFiles::Only {
+                    dirs,
+                    default_kind: config
+                        .nvidia_container_runtime
+                        .modes
+                        .cdi
+                        .default_kind
+                        .clone(),
+                },
+                Mode::Auto | Mode::Legacy | Mode::Csv => CdiFiles::Prefer(dirs),
+            }
+        },
     }
 }
 

@@ -35,6 +35,7 @@ pub fn run(host: &HostArgs, args: &ListArgs, out: &mut dyn Write) -> Result<(), 
         roots: host.roots(),
         source: host.source(),
         nvml: pipeline::NvmlAccess::InProcess,
+        ..Default::default()
     };
     let plan = pipeline::plan(&ctx, &request)?;
     if args.json {

@@ -2,8 +2,10 @@
 //! per subcommand. Output goes to the writer the binary passes in; errors go back
 //! as values for the binary to print.
 
+pub mod cdi;
 pub mod configure;
 pub mod doctor;
+pub mod hook;
 pub mod info;
 pub mod list;
 
@@ -80,6 +82,10 @@ pub enum Command {
     /// Check the node end to end (driver, NVML, device nodes, driver files, binaries,
     /// engine registration) and print the fix for each problem.
     Doctor(doctor::DoctorArgs),
+    /// Write a CDI spec for this node (generate), or list the CDI devices defined (list).
+    Cdi(cdi::CdiArgs),
+    /// Hooks that CDI specs run (createContainer: link-driver).
+    Hook(hook::HookArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +98,14 @@ pub enum CliError {
     Request(#[from] crate::request::RequestError),
     #[error(transparent)]
     Configure(#[from] configure::ConfigureError),
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
+    #[error(transparent)]
+    Link(#[from] crate::hook::link::LinkError),
+    #[error(
+        "refusing to run a hook with {var} set: loader variables must not reach a hook running on the host"
+    )]
+    HookEnv { var: &'static str },
     #[error("{failed} check(s) failed (see above)")]
     Doctor { failed: usize },
     #[error("cannot write output: {0}")]
@@ -107,5 +121,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::List(args) => list::run(&cli.host, args, out),
         Command::Configure(args) => configure::run(args, out),
         Command::Doctor(args) => doctor::run(&cli.host, args, out),
+        Command::Cdi(args) => cdi::run(&cli.host, args, out),
+        Command::Hook(args) => hook::run(args),
     }
 }

@@ -43,6 +43,7 @@
 pub mod apply;
 pub mod cgroup;
 mod host;
+pub mod link;
 pub mod mounts;
 mod nodes;
 pub mod ns;
@@ -183,8 +184,10 @@ pub fn prestart(state: &[u8], config: &Config) -> Result<HookOutcome, HookError>
         source: e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw),
     })?;
 
+    // CDI names are planned in memory: a spec file's hooks could not run from here.
     let ctx = pipeline::Context {
         nvml: NvmlAccess::InProcess,
+        cdi: pipeline::CdiFiles::Never,
         ..pipeline::context(config)
     };
     let plan = pipeline::plan(&ctx, &request)?;

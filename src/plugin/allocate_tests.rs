@@ -393,3 +393,8 @@ fn an_index_of_another_resource_finds_nothing() {
     let err = allocate(&r, &other, &strings(&[&gpu_uuid(3)]), &s, &all_healthy).unwrap_err();
     assert!(matches!(err, AllocateError::UnknownDevices { .. }), "{err}");
 }
+
+#[test]
+fn the_runtime_resolves_the_plugins_cdi_kind_without_a_spec_file() {
+    assert!(crate::select::NVIDIA_CDI_KINDS.contains(&CDI_KIND));
+}

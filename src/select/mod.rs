@@ -18,8 +18,14 @@ use crate::request::{DeviceId, DeviceList, Quoted};
 
 pub use check::{Facts, GpuFacts, check};
 
-/// CDI kinds whose device names we resolve ourselves (the JIT-CDI vocabulary).
-pub const NVIDIA_CDI_KINDS: [&str; 2] = ["nvidia.com/gpu", "runtime.nvidia.com/gpu"];
+/// CDI kinds whose device names we resolve ourselves (the JIT-CDI vocabulary), with
+/// the kind the device plugin's `cdi-annotations` and `cdi-cri` strategies name
+/// (`k8s.device-plugin.nvidia.com/gpu=<runtime id>`), so those work with no spec file.
+pub const NVIDIA_CDI_KINDS: [&str; 3] = [
+    "nvidia.com/gpu",
+    "runtime.nvidia.com/gpu",
+    "k8s.device-plugin.nvidia.com/gpu",
+];
 
 /// A full GPU the container gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -16,7 +16,7 @@ pub(crate) mod containerd;
 pub(crate) mod crio;
 mod diff;
 mod docker;
-mod write;
+pub(crate) mod write;
 
 #[cfg(test)]
 mod tests;

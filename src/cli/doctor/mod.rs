@@ -226,6 +226,7 @@ fn driver_files(host: &HostArgs) -> Check {
             nvml_library: None,
         },
         nvml: NvmlAccess::InProcess,
+        ..Default::default()
     };
     let request = Request::new(DeviceList::All, DriverCapabilities::default());
     match pipeline::plan(&ctx, &request) {

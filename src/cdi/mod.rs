@@ -2,17 +2,59 @@
 //!
 //! [`ContainerEdits`] is the Container Device Interface's `containerEdits` object,
 //! field for field, so what `nvshim list --json` prints, what the runtime applies to
-//! `config.json` and what `nvshim cdi generate` writes are one value. This module is a
-//! leaf: plain data and serde, no I/O.
+//! `config.json` and what `nvshim cdi generate` writes are one value. [`Spec`] is a
+//! whole spec file.
+//!
+//! The types, names and versions are plain data with no I/O; [`registry`] is the one
+//! part that reads files: the spec directories (`/etc/cdi`, `/var/run/cdi`).
+
+pub mod name;
+pub mod registry;
+pub mod spec;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+pub use name::{CdiNameError, QualifiedName};
+pub use registry::{Registry, RegistryError};
+pub use spec::{SpecError, minimum_version};
 
 /// The CDI spec version whose `containerEdits` fields we use.
 pub const MIN_CDI_VERSION: &str = "0.5.0";
 
+/// The kind of the GPU devices we generate and resolve: `nvidia.com/gpu`.
+pub const NVIDIA_GPU_KIND: &str = "nvidia.com/gpu";
+
+/// A CDI spec file: one kind of device, each device with its edits, plus the edits
+/// every device of the spec shares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spec {
+    pub cdi_version: String,
+    /// `vendor/class`, e.g. `nvidia.com/gpu`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    pub devices: Vec<Device>,
+    #[serde(default, skip_serializing_if = "ContainerEdits::is_empty")]
+    pub container_edits: ContainerEdits,
+}
+
+/// One named device of a [`Spec`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Device {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    pub container_edits: ContainerEdits,
+}
+
 /// `containerEdits`: what to add to a container's OCI spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContainerEdits {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
@@ -34,11 +76,68 @@ impl ContainerEdits {
             && self.hooks.is_empty()
             && self.additional_gids.is_empty()
     }
+
+    /// Adds `other` the way the CDI library combines several devices' edits: a later
+    /// env var, device node or mount replaces an earlier one with the same name or
+    /// path; a hook or group already present is not added again. Then
+    /// [`normalise`](Self::normalise).
+    pub fn merge(&mut self, other: &ContainerEdits) {
+        for var in &other.env {
+            let name = env_name(var);
+            self.env.retain(|v| env_name(v) != name);
+            self.env.push(var.clone());
+        }
+        for node in &other.device_nodes {
+            self.device_nodes.retain(|n| n.path != node.path);
+            self.device_nodes.push(node.clone());
+        }
+        for mount in &other.mounts {
+            self.mounts
+                .retain(|m| m.container_path != mount.container_path);
+            self.mounts.push(mount.clone());
+        }
+        for hook in &other.hooks {
+            if !self.hooks.contains(hook) {
+                self.hooks.push(hook.clone());
+            }
+        }
+        for gid in &other.additional_gids {
+            if !self.additional_gids.contains(gid) {
+                self.additional_gids.push(*gid);
+            }
+        }
+        self.normalise();
+    }
+
+    /// Puts the edits in the one order every producer uses, so edits built directly
+    /// and edits assembled from a spec file compare equal: device nodes by path, mounts
+    /// parents before children (as the CDI library sorts them, and as runc needs) then
+    /// by path, each mount path once (the first wins). Env and hooks keep their order:
+    /// it is meaningful.
+    pub fn normalise(&mut self) {
+        self.device_nodes.sort_by(|a, b| a.path.cmp(&b.path));
+        self.mounts.sort_by(|a, b| {
+            depth(&a.container_path)
+                .cmp(&depth(&b.container_path))
+                .then_with(|| a.container_path.cmp(&b.container_path))
+        });
+        let mut seen = HashSet::new();
+        self.mounts
+            .retain(|m| seen.insert(m.container_path.clone()));
+    }
+}
+
+fn env_name(var: &str) -> &str {
+    var.split_once('=').map_or(var, |(name, _)| name)
+}
+
+fn depth(path: &str) -> usize {
+    Path::new(path).components().count()
 }
 
 /// A device node to create in the container and allow in its device cgroup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeviceNode {
     /// Path inside the container, e.g. `/dev/nvidia0`.
     pub path: String,
@@ -66,7 +165,7 @@ pub struct DeviceNode {
 
 /// A bind mount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Mount {
     pub host_path: String,
     pub container_path: String,
@@ -78,7 +177,7 @@ pub struct Mount {
 
 /// An OCI hook, tagged with the lifecycle stage it runs at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Hook {
     /// `createContainer`, `prestart`, ….
     pub hook_name: String,
@@ -137,5 +236,26 @@ mod tests {
         let back: ContainerEdits = serde_json::from_value(json)?;
         assert_eq!(back, edits);
         Ok(())
+    }
+
+    #[test]
+    fn fields_we_cannot_apply_are_refused_not_dropped() {
+        for (case, json) in [
+            (
+                "containerEdits.intelRdt",
+                r#"{"cdiVersion":"0.7.0","kind":"a.com/b","devices":[{"name":"x","containerEdits":{"intelRdt":{"closID":"c"}}}]}"#,
+            ),
+            (
+                "deviceNode field",
+                r#"{"cdiVersion":"0.5.0","kind":"a.com/b","devices":[{"name":"x","containerEdits":{"deviceNodes":[{"path":"/dev/x","future":1}]}}]}"#,
+            ),
+            (
+                "spec field",
+                r#"{"cdiVersion":"0.5.0","kind":"a.com/b","future":[],"devices":[{"name":"x","containerEdits":{"env":["A=1"]}}]}"#,
+            ),
+        ] {
+            let err = serde_json::from_str::<Spec>(json).map(|_| ()).unwrap_err();
+            assert!(err.to_string().contains("unknown field"), "{case}: {err}");
+        }
     }
 }

@@ -1,0 +1,145 @@
+//! `nvshim cdi generate|list`: a CDI spec for this node (see `generate`), and the
+//! device names the spec directories define.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::configure::write;
+use super::{CliError, HostArgs};
+use crate::cdi::{Registry, spec};
+use crate::generate::{self, NameStrategy, Options};
+use crate::pipeline::{Context, NvmlAccess};
+use crate::request::DriverCapabilities;
+
+/// The spec directories CDI consumers read, lowest priority first.
+pub const SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+#[derive(Debug, Args)]
+pub struct CdiArgs {
+    #[command(subcommand)]
+    pub command: CdiCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Write a CDI spec for this node's GPUs (one device per GPU and MIG device, plus all).
+    Generate(GenerateArgs),
+    /// List the CDI device names the spec directories define.
+    List(ListArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Write the spec here (atomically) instead of to stdout; `-` is stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// json or yaml; default: from the output file's extension, else yaml.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// How devices are named: index (0, 0:1), uuid (GPU-…, MIG-…), type-index (gpu0,
+    /// mig0:1). Repeat or comma-separate for several names per device.
+    #[arg(long, value_delimiter = ',', default_values = ["index", "uuid"])]
+    pub device_name_strategy: Vec<String>,
+    /// The vendor of the device kind.
+    #[arg(long, default_value = "nvidia.com")]
+    pub vendor: String,
+    /// The class of the device kind.
+    #[arg(long, default_value = "gpu")]
+    pub class: String,
+    /// The nvshim binary the spec's createContainer hook runs (absolute; default: this one).
+    #[arg(long, alias = "hook-path")]
+    pub nvidia_cdi_hook_path: Option<PathBuf>,
+    /// Leave out the `all` device.
+    #[arg(long)]
+    pub no_all_device: bool,
+    /// The driver files to include, as NVIDIA_DRIVER_CAPABILITIES takes them. NVIDIA's
+    /// specs carry the whole driver.
+    #[arg(long, default_value = "all")]
+    pub driver_capabilities: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// A directory of spec files; repeat for several, later ones take priority.
+    /// Default: /etc/cdi, then /var/run/cdi.
+    #[arg(long)]
+    pub spec_dir: Vec<PathBuf>,
+}
+
+pub fn run(host: &HostArgs, args: &CdiArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    match &args.command {
+        CdiCommand::Generate(args) => run_generate(host, args, out),
+        CdiCommand::List(args) => run_list(args, out),
+    }
+}
+
+fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let strategies = args
+        .device_name_strategy
+        .iter()
+        .map(|s| s.parse::<NameStrategy>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let hook_path = match &args.nvidia_cdi_hook_path {
+        Some(path) => path.clone(),
+        None => std::env::current_exe().map_err(CliError::Output)?,
+    };
+    let options = Options {
+        kind: format!("{}/{}", args.vendor, args.class),
+        strategies,
+        all_device: !args.no_all_device,
+        hook_path: hook_path.display().to_string(),
+        capabilities: args.driver_capabilities.parse::<DriverCapabilities>()?,
+    };
+    let ctx = Context {
+        roots: host.roots(),
+        source: host.source(),
+        nvml: NvmlAccess::InProcess,
+        ..Default::default()
+    };
+    let spec = generate::generate(&ctx, &options)?;
+    let output = args.output.as_deref().filter(|p| *p != Path::new("-"));
+    let format = args.format.unwrap_or_else(|| match output {
+        Some(p) if p.extension().is_some_and(|e| e == "json") => Format::Json,
+        _ => Format::Yaml,
+    });
+    let bytes = match format {
+        Format::Json => spec::to_json(&spec),
+        Format::Yaml => spec::to_yaml(&spec)
+            .map_err(generate::GenerateError::from)?
+            .into_bytes(),
+    };
+    match output {
+        None => out.write_all(&bytes)?,
+        Some(path) => {
+            let path = write::resolve(path);
+            let existing = write::read(&path)?;
+            write::replace(&path, &bytes, existing.as_ref(), false)?;
+            tracing::info!(path = %path.display(), devices = spec.devices.len(), "wrote CDI spec");
+        }
+    }
+    Ok(())
+}
+
+fn run_list(args: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let dirs: Vec<PathBuf> = if args.spec_dir.is_empty() {
+        SPEC_DIRS.iter().map(PathBuf::from).collect()
+    } else {
+        args.spec_dir.clone()
+    };
+    let registry = Registry::load(&dirs);
+    for (path, error) in registry.errors() {
+        tracing::warn!("skipped CDI spec {}: {error}", path.display());
+    }
+    for name in registry.devices() {
+        writeln!(out, "{name}")?;
+    }
+    Ok(())
+}

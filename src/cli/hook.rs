@@ -1,0 +1,62 @@
+//! `nvshim hook <name>`: the hooks our CDI specs put in a container's OCI spec.
+//! runc runs them with the env the spec gives (never the container's) and the OCI
+//! state on stdin.
+
+use std::io::Read;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::hook::link;
+
+/// Loader variables that must never reach a hook running as root on the host: an
+/// image's `ENV LD_PRELOAD` did (CVE-2025-23266).
+pub const LOADER_VARS: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"];
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    #[command(subcommand)]
+    pub command: HookCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// createContainer hook: create the driver's symlinks and merge linker cache
+    /// entries in the container's rootfs (what the runtime does in-process).
+    LinkDriver(LinkDriverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LinkDriverArgs {
+    /// A symlink to create: TARGET::PATH (PATH absolute, in the container).
+    #[arg(long = "link")]
+    pub links: Vec<String>,
+    /// A linker cache entry: KEY=PATH@FLAGS[+HWCAP] (hex).
+    #[arg(long = "ldcache")]
+    pub entries: Vec<String>,
+}
+
+pub fn run(args: &HookArgs) -> Result<(), CliError> {
+    if let Some(var) = LOADER_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+        return Err(CliError::HookEnv { var });
+    }
+    match &args.command {
+        HookCommand::LinkDriver(args) => {
+            let links = args
+                .links
+                .iter()
+                .map(|l| link::parse_link(l))
+                .collect::<Result<Vec<_>, _>>()?;
+            let entries = args
+                .entries
+                .iter()
+                .map(|e| link::parse_entry(e))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut state = Vec::new();
+            std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
+            let (changed, refresh) = link::run(&state, &links, &entries)?;
+            tracing::debug!(changed, ?refresh, "link-driver");
+            Ok(())
+        }
+    }
+}
