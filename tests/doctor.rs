@@ -48,9 +48,28 @@ impl Setup {
         fs::write(self.dir.path().join("daemon.json"), json.to_string()).unwrap();
     }
 
+    /// The CDI spec directory doctor checks: empty (absent) unless a test fills it,
+    /// so no test depends on the machine's /etc/cdi.
+    fn cdi_dir(&self) -> PathBuf {
+        self.dir.path().join("cdi")
+    }
+
+    /// `nvshim cdi generate --output <cdi dir>/<file>` for the node.
+    fn generate_spec(&self, file: &str) -> PathBuf {
+        fs::create_dir_all(self.cdi_dir()).unwrap();
+        let path = self.cdi_dir().join(file);
+        let out = nvshim(
+            &self.node,
+            &["cdi", "generate", "--output", &path.display().to_string()],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        path
+    }
+
     fn doctor(&self) -> (i32, String) {
         let p = |name: &str| self.dir.path().join(name).display().to_string();
         let bin = self.bin().display().to_string();
+        let cdi = self.cdi_dir().display().to_string();
         let out = nvshim(
             &self.node,
             &[
@@ -63,6 +82,8 @@ impl Setup {
                 &p("crio"),
                 "--bin-dir",
                 &bin,
+                "--cdi-spec-dir",
+                &cdi,
             ],
         );
         let text = format!("{}{}", stdout(&out), stderr(&out));
@@ -142,6 +163,132 @@ fn missing_binaries_and_a_broken_engine_config_fail() {
     );
     assert!(
         text.contains("[FAIL] containerd runtime") && text.contains("is not valid TOML"),
+        "{text}"
+    );
+}
+
+/// The report line for `name` with status `mark`.
+fn line<'a>(text: &'a str, mark: &str, name: &str) -> &'a str {
+    let prefix = format!("[{mark}] {name}");
+    text.lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{text}"))
+}
+
+/// The `fix:` line after the line starting with `prefix`.
+fn fix_after<'a>(text: &'a str, prefix: &str) -> &'a str {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(prefix));
+    lines.next();
+    lines
+        .next()
+        .and_then(|l| l.trim().strip_prefix("fix: "))
+        .unwrap_or_else(|| panic!("no fix after {prefix:?} in:\n{text}"))
+}
+
+fn edit_spec(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut json: serde_json::Value = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+    edit(&mut json);
+    fs::write(path, serde_json::to_vec(&json).unwrap()).unwrap();
+}
+
+#[test]
+fn no_cdi_spec_is_fine() {
+    let s = Setup::new();
+    let (code, text) = s.doctor();
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("FAIL") && !text.contains("warn"), "{text}");
+    assert!(
+        line(&text, "ok  ", "CDI spec").contains("no CDI spec for nvidia.com/gpu"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_freshly_generated_spec_is_current() {
+    let s = Setup::new();
+    let spec = s.generate_spec("nvidia.json");
+    let (code, text) = s.doctor();
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("FAIL") && !text.contains("warn"), "{text}");
+    let ok = line(&text, "ok  ", &format!("CDI spec {}", spec.display()));
+    // 4 GPUs by index and by UUID, plus `all`.
+    assert!(ok.ends_with(": 9 devices, current"), "{ok}");
+}
+
+#[test]
+fn a_stale_spec_is_named_with_what_changed_and_its_fix() {
+    type Break = fn(&Setup, &Path) -> String;
+    let cases: [(&str, Break); 2] = [
+        ("library gone", |s, _| {
+            let lib = s
+                .node
+                .sim
+                .lib_dir()
+                .join(format!("libcuda.so.{}", s.node.sim.library_version()));
+            fs::remove_file(&lib).unwrap();
+            format!("{} is gone (driver upgraded?)", lib.display())
+        }),
+        ("GPU 3 not in the spec", |s, spec| {
+            let uuid = s.node.sim.spec.gpus[3].uuid.clone();
+            edit_spec(spec, |json| {
+                json["devices"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|d| d["name"] != "3" && d["name"] != uuid.as_str());
+            });
+            format!("GPU 3 ({uuid}) has no device")
+        }),
+    ];
+    for (name, break_it) in cases {
+        let s = Setup::new();
+        let spec = s.generate_spec("nvidia.json");
+        let want = break_it(&s, &spec);
+        let (code, text) = s.doctor();
+        assert_eq!(code, 1, "case {name}: {text}");
+        let prefix = format!("[FAIL] CDI spec {}", spec.display());
+        let bad = line(&text, "FAIL", &format!("CDI spec {}", spec.display()));
+        assert!(bad.contains(&want), "case {name}: {bad}");
+        let fix = fix_after(&text, &prefix);
+        assert!(
+            fix.starts_with(&format!(
+                "nvshim cdi generate --output {} --driver-root {}",
+                spec.display(),
+                s.node.sim.driver_root.display()
+            )),
+            "case {name}: {fix}"
+        );
+        if name == "GPU 3 not in the spec" {
+            // The printed fix, run as printed, makes the spec current again.
+            let args: Vec<&str> = fix.split_whitespace().skip(1).collect();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_nvshim"))
+                .env_clear()
+                .envs(s.node.sim.env())
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "case {name}: {}", stderr(&out));
+            let (code, text) = s.doctor();
+            assert_eq!(code, 0, "case {name} after the fix: {text}");
+        }
+    }
+}
+
+#[test]
+fn an_unparsable_spec_file_fails() {
+    let s = Setup::new();
+    fs::create_dir_all(s.cdi_dir()).unwrap();
+    let bad = s.cdi_dir().join("bad.json");
+    fs::write(&bad, "{not json").unwrap();
+    let (code, text) = s.doctor();
+    assert_eq!(code, 1, "{text}");
+    let prefix = format!("[FAIL] CDI spec {}", bad.display());
+    assert!(
+        line(&text, "FAIL", &format!("CDI spec {}", bad.display())).contains("invalid JSON"),
+        "{text}"
+    );
+    assert!(
+        fix_after(&text, &prefix)
+            .starts_with(&format!("nvshim cdi generate --output {}", bad.display())),
         "{text}"
     );
 }

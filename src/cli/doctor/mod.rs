@@ -4,8 +4,11 @@
 //! Checks, in the order a container start depends on them: the kernel driver
 //! (procfs), NVML and its agreement with procfs, the device nodes, the driver files
 //! each default capability needs, our binaries, and our runtime's registration with
-//! docker, containerd and CRI-O (an engine whose config file is absent is skipped).
+//! docker, containerd and CRI-O (an engine whose config file is absent is skipped),
+//! and whether the CDI specs for `nvidia.com/gpu` still match the driver (no spec is
+//! fine: CDI is optional).
 
+mod cdi;
 mod engines;
 
 use std::io::Write;
@@ -37,6 +40,10 @@ pub struct DoctorArgs {
     /// Where the binaries should be (the runtime, the hook, nvshim).
     #[arg(long, default_value = "/usr/bin")]
     pub bin_dir: PathBuf,
+    /// A CDI spec directory to check; repeat for several.
+    /// Default: /etc/cdi, then /var/run/cdi.
+    #[arg(long)]
+    pub cdi_spec_dir: Vec<PathBuf>,
 }
 
 /// How a check came out.
@@ -137,6 +144,12 @@ pub fn checks(host: &HostArgs, args: &DoctorArgs) -> Vec<Check> {
     out.push(driver_files(host));
     out.extend(binaries(&args.bin_dir));
     out.extend(engines::registration(args));
+    let spec_dirs: Vec<PathBuf> = if args.cdi_spec_dir.is_empty() {
+        super::cdi::SPEC_DIRS.iter().map(PathBuf::from).collect()
+    } else {
+        args.cdi_spec_dir.clone()
+    };
+    out.extend(cdi::specs(host, &spec_dirs, &inventory.gpus));
     out
 }
 
