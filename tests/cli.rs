@@ -170,15 +170,16 @@ fn list_shows_exactly_what_two_gpus_with_compute_and_utility_get() {
         .collect();
     let mut want_gpu_nodes = [gpus[0].minor, gpus[3].minor];
     want_gpu_nodes.sort();
+    // In path order (`ContainerEdits::normalise`).
     let mut want = vec![
-        "/dev/nvidiactl".to_string(),
-        "/dev/nvidia-uvm".into(),
+        "/dev/nvidia-uvm".to_string(),
         "/dev/nvidia-uvm-tools".into(),
     ];
     want.extend(want_gpu_nodes.iter().map(|m| format!("/dev/nvidia{m}")));
+    want.push("/dev/nvidiactl".into());
     assert_eq!(nodes, want, "device nodes");
     assert_eq!(
-        nodes[3..],
+        nodes[2..4],
         ["/dev/nvidia0", "/dev/nvidia3"],
         "GPUs 0 and 3 have minors 0 and 3 on the standard node"
     );
@@ -191,7 +192,7 @@ fn list_shows_exactly_what_two_gpus_with_compute_and_utility_get() {
                 .is_some_and(|p| p.starts_with(node.sim.dev_root.to_str().expect("utf8")))
         );
     }
-    let ctl = &edits["deviceNodes"][0];
+    let ctl = &edits["deviceNodes"][4];
     assert_eq!(
         (ctl["major"].as_i64(), ctl["minor"].as_i64()),
         (Some(195), Some(255))

@@ -7,6 +7,7 @@ pub mod configure;
 pub mod doctor;
 pub mod hook;
 pub mod info;
+pub mod labels;
 pub mod list;
 
 use std::io::{self, Write};
@@ -86,6 +87,9 @@ pub enum Command {
     Cdi(cdi::CdiArgs),
     /// Hooks that CDI specs run (createContainer: link-driver).
     Hook(hook::HookArgs),
+    /// Write the node's GPU labels (gpu-feature-discovery's nvidia.com/* set) as a Node
+    /// Feature Discovery feature file, once or every --interval.
+    Labels(labels::LabelsArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +106,8 @@ pub enum CliError {
     Generate(#[from] crate::generate::GenerateError),
     #[error(transparent)]
     Link(#[from] crate::hook::link::LinkError),
+    #[error(transparent)]
+    Labels(#[from] labels::LabelsError),
     #[error(
         "refusing to run a hook with {var} set: loader variables must not reach a hook running on the host"
     )]
@@ -123,5 +129,6 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Doctor(args) => doctor::run(&cli.host, args, out),
         Command::Cdi(args) => cdi::run(&cli.host, args, out),
         Command::Hook(args) => hook::run(args),
+        Command::Labels(args) => labels::run(&cli.host, args, out),
     }
 }

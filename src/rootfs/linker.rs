@@ -43,12 +43,7 @@ pub fn install(
     links: &[SymlinkEdit],
     add: &[Entry],
 ) -> Result<(usize, Refresh), RootfsError> {
-    let mut changed = 0;
-    for link in links {
-        let done = rootfs.symlink(&link.path, &link.target)?;
-        tracing::debug!(path = %link.path.display(), target = %link.target, changed = done, "symlink");
-        changed += usize::from(done);
-    }
+    let changed = rootfs.symlinks(links.iter().map(|l| (l.path.as_path(), l.target.as_str())))?;
     let refresh = refresh(rootfs, add)?;
     tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
     Ok((changed, refresh))

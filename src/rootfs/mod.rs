@@ -204,17 +204,56 @@ impl Rootfs {
     /// same link already there is left alone; a directory is an error. Returns whether
     /// anything changed.
     pub fn symlink(&self, path: &Path, target: &str) -> Result<bool, RootfsError> {
+        let mut dirs = LinkDirs::default();
+        self.symlink_with(&mut dirs, path, target)
+    }
+
+    /// [`symlink`](Self::symlink) for many links: each parent directory is resolved
+    /// (and checked to be on the rootfs's filesystem) once, not once per link. Returns
+    /// how many links changed.
+    pub fn symlinks<'a>(
+        &self,
+        links: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    ) -> Result<usize, RootfsError> {
+        let mut dirs = LinkDirs::default();
+        let mut changed = 0;
+        for (path, target) in links {
+            let done = self.symlink_with(&mut dirs, path, target)?;
+            tracing::debug!(path = %path.display(), target, changed = done, "symlink");
+            changed += usize::from(done);
+        }
+        Ok(changed)
+    }
+
+    fn symlink_with(
+        &self,
+        dirs: &mut LinkDirs,
+        path: &Path,
+        target: &str,
+    ) -> Result<bool, RootfsError> {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(self.err(path, Errno::EINVAL));
         };
-        let dir = self.ensure_dir(parent)?;
-        self.on_root_fs(&dir, path)?;
-        match stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        if dirs.last.as_ref().is_none_or(|(p, _)| p != parent) {
+            let dir = self.ensure_dir(parent)?;
+            self.on_root_fs(&dir, path)?;
+            dirs.last = Some((parent.to_path_buf(), dir));
+        }
+        let Some((_, dir)) = &dirs.last else {
+            return Err(self.err(path, Errno::EINVAL));
+        };
+        // The common case, a name the image does not have: one call, atomic by itself.
+        match unistd::symlinkat(target, dir, name) {
+            Ok(()) => return Ok(true),
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(self.err(path, e)),
+        }
+        match stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
                 return Err(self.err(path, Errno::EISDIR));
             }
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
-                if fcntl::readlinkat(&dir, name).is_ok_and(|t| t.as_bytes() == target.as_bytes()) {
+                if fcntl::readlinkat(dir, name).is_ok_and(|t| t.as_bytes() == target.as_bytes()) {
                     return Ok(false);
                 }
             }
@@ -228,9 +267,9 @@ impl Rootfs {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        unistd::symlinkat(target, &dir, tmp.as_os_str()).map_err(|e| self.err(path, e))?;
-        if let Err(e) = fcntl::renameat(&dir, tmp.as_os_str(), &dir, name) {
-            let _ = unistd::unlinkat(&dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        unistd::symlinkat(target, dir, tmp.as_os_str()).map_err(|e| self.err(path, e))?;
+        if let Err(e) = fcntl::renameat(dir, tmp.as_os_str(), dir, name) {
+            let _ = unistd::unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
             return Err(self.err(path, e));
         }
         Ok(true)
@@ -286,6 +325,13 @@ impl Rootfs {
             source,
         }
     }
+}
+
+/// The parent directory of the previous link (links come sorted by path, so a run of
+/// links in one directory resolves it once).
+#[derive(Default)]
+struct LinkDirs {
+    last: Option<(PathBuf, OwnedFd)>,
 }
 
 /// `path` without its leading `/` (`.` for the root itself).
