@@ -6,8 +6,8 @@
 //! `containerEdits`; each GPU's and MIG device's plan, minus those, becomes its
 //! device. The driver's symlinks and linker cache entries, which the runtime writes
 //! into the rootfs itself, become one `createContainer` hook running
-//! `nvshim hook link-driver` (see `hook::link`), since CDI consumers only apply
-//! nodes, mounts, env and hooks.
+//! `nvidia-container-runtime-hook link-driver` (or `nvshim hook link-driver`; see
+//! `hook::link`), since CDI consumers only apply nodes, mounts, env and hooks.
 //!
 //! Every device also sets `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's specs do: a
 //! container given GPUs by CDI must not be injected a second time by a runtime or
@@ -76,7 +76,8 @@ pub struct Options {
     pub strategies: Vec<NameStrategy>,
     /// Also a device named `all` with every GPU and MIG device.
     pub all_device: bool,
-    /// The `nvshim` binary the hook runs: an absolute host path.
+    /// The binary the hook runs, an absolute host path: `nvidia-container-runtime-hook`
+    /// (static; `link-driver` is one of its stages) or `nvshim` (`hook link-driver`).
     pub hook_path: String,
     /// The driver files to include; NVIDIA's specs carry the whole driver (`all`).
     pub capabilities: DriverCapabilities,
@@ -88,7 +89,7 @@ impl Default for Options {
             kind: NVIDIA_GPU_KIND.to_owned(),
             strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
             all_device: true,
-            hook_path: "/usr/bin/nvshim".to_owned(),
+            hook_path: "/usr/bin/nvidia-container-runtime-hook".to_owned(),
             capabilities: DriverCapabilities::all(),
         }
     }
@@ -282,11 +283,19 @@ fn hook(
     if links.is_empty() && entries.is_empty() {
         return Ok(None);
     }
-    let mut args = vec![
-        "nvshim".to_owned(),
-        "hook".to_owned(),
-        link::SUBCOMMAND.to_owned(),
-    ];
+    // `nvshim hook link-driver …`, or `nvidia-container-runtime-hook link-driver …`
+    // (the static binary packages install: no loader, so no preload can reach it).
+    let name = options
+        .hook_path
+        .rsplit('/')
+        .next()
+        .unwrap_or(&options.hook_path)
+        .to_owned();
+    let mut args = if name == "nvshim" {
+        vec![name, "hook".to_owned(), link::SUBCOMMAND.to_owned()]
+    } else {
+        vec![name, link::SUBCOMMAND.to_owned()]
+    };
     args.extend(link::encode(links, entries)?);
     Ok(Some(Hook {
         hook_name: "createContainer".to_owned(),

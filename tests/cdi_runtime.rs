@@ -26,6 +26,7 @@ use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
 
 const NVSHIM: &str = env!("CARGO_BIN_EXE_nvshim");
+const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const LIB_DIR: &str = "usr/lib/x86_64-linux-gnu";
 
 struct Setup {
@@ -342,4 +343,67 @@ fn an_unknown_cdi_device_fails_the_create_and_leaves_the_bundle_alone() {
     assert!(!run.out.status.success());
     let err = String::from_utf8_lossy(&run.out.stderr);
     assert!(err.contains("example.com/fpga"), "{err}");
+}
+
+/// Packages install the static `nvidia-container-runtime-hook` beside `nvshim`, and
+/// generated specs run `link-driver` through it: same result as `nvshim hook`.
+#[test]
+fn the_hook_binary_runs_link_driver_too() {
+    let s = setup();
+    let dir = s.dir.path().join("cdi-hook-binary");
+    let out = common::nvshim(
+        &s.node,
+        &[
+            "cdi",
+            "generate",
+            "--output",
+            dir.join("nvidia.yaml").to_str().unwrap(),
+            "--nvidia-cdi-hook-path",
+            HOOK,
+        ],
+    );
+    common::ok(out, "nvshim cdi generate");
+    let direct = s.run("auto", &s.no_specs, &["NVIDIA_VISIBLE_DEVICES=1"], &[]);
+    let file = s.run(
+        "cdi",
+        &dir,
+        &["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"],
+        &[],
+    );
+    assert_gpu1_only(&s, &file.ok(), "static hook");
+    direct.ok();
+    let spec = file.spec();
+    let hook = &spec["hooks"]["createContainer"][0];
+    assert_eq!(hook["path"], HOOK);
+    assert_eq!(hook["args"][0], "nvidia-container-runtime-hook");
+    assert_eq!(hook["args"][1], "link-driver");
+    assert_eq!(file.links(), direct.links());
+    assert!(file.ldcache() == direct.ldcache(), "ld.so.cache differs");
+}
+
+/// Neither hook binary runs with a loader variable in its environment
+/// (CVE-2025-23266: an image's LD_PRELOAD reached NVIDIA's createContainer hook).
+#[test]
+fn hooks_refuse_loader_variables() {
+    for (bin, args) in [
+        (HOOK, &["link-driver", "--link", "a::/b"][..]),
+        (NVSHIM, &["hook", "link-driver", "--link", "a::/b"][..]),
+        (HOOK, &["prestart"][..]),
+    ] {
+        for var in ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"] {
+            let out = Command::new(bin)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env(var, "/nonexistent/x.so")
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{bin} {args:?} with {var}");
+            assert!(
+                err.contains(var) && err.contains("refusing"),
+                "{bin} {var}: {err}"
+            );
+        }
+    }
 }

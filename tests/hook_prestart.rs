@@ -470,3 +470,41 @@ fn a_pid_in_the_hooks_own_namespace_is_refused() {
     assert!(!bundle.join("rootfs/usr/bin/nvidia-smi").exists());
     no_host_mounts_under(&bundle);
 }
+
+/// The hook binary never loads NVML itself (installed, it is static): a request that
+/// needs it (here `NVIDIA_REQUIRE_CUDA`) is handed to `nvshim runtime-hook` beside it
+/// by `exec`, with the OCI state given again on stdin. Met and unmet constraints.
+#[test]
+fn requirements_are_checked_through_nvshim_with_nvml() {
+    let e = setup();
+    let config = e.config("");
+    let mock_env = |_: &Path, spec: &mut Value| {
+        let env = spec["hooks"]["prestart"][0]["env"].as_array_mut().unwrap();
+        env.push(json!(format!(
+            "MOCK_NVML_CONFIG={}",
+            e.node.sim.mock_config.display()
+        )));
+        env.push(json!(format!(
+            "MOCK_NVML_DEV_ROOT={}",
+            e.node.sim.dev_root.display()
+        )));
+    };
+    let run = e.run_with(
+        &["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=1.0"],
+        &config,
+        mock_env,
+    );
+    run.ok();
+    assert_eq!(run.printed().gpu_nodes(), ["nvidia1"], "{}", run.stdout());
+    let log = fs::read_to_string(e.log()).unwrap();
+    assert!(log.contains("handing the request to nvshim"), "{log}");
+
+    let run = e.run_with(
+        &["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
+        &config,
+        mock_env,
+    );
+    assert!(!run.out.status.success(), "{}", run.stdout());
+    assert!(run.stderr().contains("cuda>=99.0"), "{}", run.stderr());
+    assert!(!e.exists(&run.id), "the container must not exist");
+}

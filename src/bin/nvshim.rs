@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nvshim::cli::{self, Cli};
+use nvshim::hook;
 use nvshim::logging::{self, LogSettings};
 use nvshim::pipeline::NvmlAccess;
 use nvshim::runtime::entry;
@@ -20,6 +21,13 @@ fn main() -> ExitCode {
             rest.remove(0);
         }
         return entry::main(rest, NvmlAccess::InProcess);
+    }
+    // `nvshim runtime-hook -- <hook argv>`: the static hook's counterpart (see
+    // `hook::entry`).
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(hook::entry::NVML_HELPER_COMMAND) {
+        let rest: Vec<String> = args.skip_while(|a| a == "--").collect();
+        return hook::entry::main(rest, NvmlAccess::InProcess);
     }
     let cli = Cli::parse();
     if let Err(e) = logging::init(&LogSettings {

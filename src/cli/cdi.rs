@@ -54,7 +54,8 @@ pub struct GenerateArgs {
     /// The class of the device kind.
     #[arg(long, default_value = "gpu")]
     pub class: String,
-    /// The nvshim binary the spec's createContainer hook runs (absolute; default: this one).
+    /// The binary the spec's createContainer hook runs (absolute): nvidia-container-runtime-hook
+    /// or nvshim. Default: the nvidia-container-runtime-hook beside this nvshim, else this nvshim.
     #[arg(long, alias = "hook-path")]
     pub nvidia_cdi_hook_path: Option<PathBuf>,
     /// Leave out the `all` device.
@@ -89,7 +90,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         .collect::<Result<Vec<_>, _>>()?;
     let hook_path = match &args.nvidia_cdi_hook_path {
         Some(path) => path.clone(),
-        None => std::env::current_exe().map_err(CliError::Output)?,
+        None => default_hook_path()?,
     };
     let options = Options {
         kind: format!("{}/{}", args.vendor, args.class),
@@ -126,6 +127,14 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         }
     }
     Ok(())
+}
+
+/// `nvidia-container-runtime-hook` beside this `nvshim` (as packages install them),
+/// else this `nvshim` itself.
+fn default_hook_path() -> Result<PathBuf, CliError> {
+    let exe = std::env::current_exe().map_err(CliError::Output)?;
+    let hook = exe.with_file_name("nvidia-container-runtime-hook");
+    Ok(if hook.is_file() { hook } else { exe })
 }
 
 fn run_list(args: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {

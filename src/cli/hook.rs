@@ -9,10 +9,6 @@ use clap::{Args, Subcommand};
 use super::CliError;
 use crate::hook::link;
 
-/// Loader variables that must never reach a hook running as root on the host: an
-/// image's `ENV LD_PRELOAD` did (CVE-2025-23266).
-pub const LOADER_VARS: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"];
-
 #[derive(Debug, Args)]
 pub struct HookArgs {
     #[command(subcommand)]
@@ -37,7 +33,8 @@ pub struct LinkDriverArgs {
 }
 
 pub fn run(args: &HookArgs) -> Result<(), CliError> {
-    if let Some(var) = LOADER_VARS.iter().find(|v| std::env::var_os(v).is_some()) {
+    // An image's `ENV LD_PRELOAD` reached NVIDIA's hooks (CVE-2025-23266).
+    if let Some(var) = crate::hook::entry::loader_var() {
         return Err(CliError::HookEnv { var });
     }
     match &args.command {

@@ -42,6 +42,7 @@
 
 pub mod apply;
 pub mod cgroup;
+pub mod entry;
 mod host;
 pub mod link;
 pub mod mounts;
@@ -153,7 +154,7 @@ pub enum HookError {
 /// The prestart stage: `state` is the OCI state JSON the runtime writes to the hook's
 /// stdin. Must run in a single-threaded process (it `setns`es); leaves the process in
 /// the container's mount namespace when it injected.
-pub fn prestart(state: &[u8], config: &Config) -> Result<HookOutcome, HookError> {
+pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookOutcome, HookError> {
     let started = Instant::now();
     let state = bundle::parse_state(state)?;
     let loaded = Bundle::new(&state.bundle).load()?;
@@ -186,7 +187,7 @@ pub fn prestart(state: &[u8], config: &Config) -> Result<HookOutcome, HookError>
 
     // CDI names are planned in memory: a spec file's hooks could not run from here.
     let ctx = pipeline::Context {
-        nvml: NvmlAccess::InProcess,
+        nvml,
         cdi: pipeline::CdiFiles::Never,
         ..pipeline::context(config)
     };

@@ -1,0 +1,308 @@
+//! The `nvidia-container-runtime-hook` binary's flow, in the library so that `nvshim`
+//! can run it too:
+//! - `[-config FILE] [-debug] prestart|poststart|poststop`, NVIDIA's interface (Go
+//!   flags), for docker's `--gpus` and `hooks.d`;
+//! - `link-driver --link TARGET::PATH … --ldcache KEY=PATH@FLAGS …`, the
+//!   `createContainer` hook of our CDI specs (see [`super::link`]).
+//!
+//! The installed hook is a static binary, so no `LD_PRELOAD` can reach it (the dynamic
+//! loader that would honour one is not there), and it refuses to run when a loader
+//! variable is set at all: a hook's env comes from the spec, and one carrying those is
+//! a misconfiguration or an attack (CVE-2025-23266). A static glibc program must not
+//! load the host's NVML, so a prestart request that needs NVML is handed to
+//! `nvshim runtime-hook -- <same argv>` by `exec`, with the OCI state already read
+//! from stdin given to it again through a pipe.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use crate::config;
+use crate::logging::{self, LogSettings};
+use crate::pipeline::{NvmlAccess, PipelineError};
+
+use super::{HookError, link};
+
+const NAME: &str = "nvidia-container-runtime-hook";
+
+/// `nvshim runtime-hook -- <argv>`: where the static hook sends requests that need NVML.
+pub const NVML_HELPER_COMMAND: &str = "runtime-hook";
+const NVML_HELPER: &str = "nvshim";
+
+/// The OCI state is small; anything larger is not one.
+const MAX_STATE: u64 = 1 << 20;
+
+/// Loader variables that must never reach a hook running as root on the host.
+pub const LOADER_VARS: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"];
+
+/// The first loader variable set in this process's environment.
+pub fn loader_var() -> Option<&'static str> {
+    LOADER_VARS
+        .iter()
+        .copied()
+        .find(|v| std::env::var_os(v).is_some())
+}
+
+/// The command line, as NVIDIA's hook takes it (Go flags: `-flag`, `--flag`,
+/// `-flag=value` or `-flag value`, before the stage), and the stage's own arguments.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Args {
+    pub config: Option<String>,
+    pub debug: bool,
+    pub version: bool,
+    pub stage: Option<String>,
+    /// What follows the stage (`link-driver`'s `--link`/`--ldcache`).
+    pub rest: Vec<String>,
+}
+
+/// Parses the hook's command line.
+pub fn parse(args: &[String]) -> Result<Args, String> {
+    let mut parsed = Args::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            parsed.stage = Some(arg.clone());
+            parsed.rest = rest.cloned().collect();
+            break;
+        };
+        let (name, value) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (flag, None),
+        };
+        match name {
+            "config" => {
+                let value = value.or_else(|| rest.next().cloned());
+                parsed.config = Some(value.ok_or("-config needs a file")?);
+            }
+            "debug" => parsed.debug = value.is_none_or(|v| v != "false"),
+            "version" => parsed.version = true,
+            other => {
+                return Err(format!(
+                    "unknown flag -{other} (valid: -config, -debug, -version)"
+                ));
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// `link-driver`'s arguments: `--link V`, `--ldcache V` (or `--flag=V`), any order.
+pub fn parse_link_driver(
+    args: &[String],
+) -> Result<
+    (
+        Vec<crate::discover::SymlinkEdit>,
+        Vec<crate::ldcache::Entry>,
+    ),
+    String,
+> {
+    let mut links = Vec::new();
+    let mut entries = Vec::new();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (name, value) = match arg.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_owned())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || {
+            value
+                .clone()
+                .or_else(|| rest.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match name {
+            "--link" => links.push(link::parse_link(&value()?).map_err(|e| e.to_string())?),
+            "--ldcache" => entries.push(link::parse_entry(&value()?).map_err(|e| e.to_string())?),
+            other => {
+                return Err(format!(
+                    "unknown link-driver argument {other:?} (valid: --link, --ldcache)"
+                ));
+            }
+        }
+    }
+    Ok((links, entries))
+}
+
+/// Runs the hook with `raw` (`argv[1..]`). `nvml` says whether this process may load
+/// NVML (the static hook may not; `nvshim runtime-hook` may).
+pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
+    let failure = |message: &str| {
+        eprintln!("{NAME}: {message}");
+        ExitCode::FAILURE
+    };
+    let args = match parse(&raw) {
+        Ok(args) => args,
+        Err(e) => return failure(&e),
+    };
+    if args.version {
+        eprintln!("{NAME} (nvshim) {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if let Some(var) = loader_var() {
+        return failure(&format!(
+            "refusing to run with {var} set: loader variables must not reach a hook that \
+             runs as root on the host (check the hook's env in the OCI spec or hooks.d file)"
+        ));
+    }
+    match args.stage.as_deref() {
+        Some("prestart") => {}
+        Some(link::SUBCOMMAND) => return link_driver(&args.rest),
+        Some("poststart" | "poststop") => return ExitCode::SUCCESS,
+        Some(other) => {
+            return failure(&format!(
+                "unknown stage {other:?} (valid: prestart, poststart, poststop, link-driver)"
+            ));
+        }
+        None => {
+            return failure(&format!(
+                "usage: {NAME} [-config FILE] [-debug] prestart|poststart|poststop \
+                 (reads the OCI state on stdin)"
+            ));
+        }
+    }
+    // `-config` names the file as NVIDIA_CTK_CONFIG_FILE_PATH would (a missing file is
+    // then an error).
+    let loaded = config::load(|key| match (&args.config, key) {
+        (Some(path), config::ENV_CONFIG_FILE_PATH) => Some(path.clone()),
+        _ => std::env::var(key).ok(),
+    });
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let log = &loaded.config.nvidia_container_cli.debug;
+    let _ = logging::init(&LogSettings {
+        debug: args.debug,
+        file: (!log.as_os_str().is_empty() && log.as_path() != Path::new("/dev/null"))
+            .then(|| log.clone()),
+        // The runtime's `log-level` (default info) applies to the hook's file too.
+        file_level: Some(loaded.config.nvidia_container_runtime.log_level.into()),
+        // The one error line comes from below; -debug shows the rest on stderr.
+        no_stderr: !args.debug,
+        stderr_filter: None,
+    });
+    for key in &loaded.unknown_keys {
+        tracing::warn!(path = %loaded.path.display(), "unknown config key {key}, ignored");
+    }
+
+    let mut state = Vec::new();
+    if let Err(e) = std::io::stdin().take(MAX_STATE).read_to_end(&mut state) {
+        return failure(&format!("cannot read the OCI state from stdin: {e}"));
+    }
+    match super::prestart(&state, &loaded.config, nvml) {
+        Ok(outcome) => {
+            tracing::debug!(?outcome, "prestart done");
+            ExitCode::SUCCESS
+        }
+        Err(HookError::Pipeline(PipelineError::NeedsNvml { reason })) => {
+            tracing::debug!(reason, "handing the request to nvshim, which loads NVML");
+            let helper = nvml_helper();
+            let err = exec_with_stdin(&helper, &raw, &state);
+            failure(&format!(
+                "this request needs NVML ({reason}), which runs in {}: {err}",
+                helper.display()
+            ))
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            failure(&e.to_string())
+        }
+    }
+}
+
+fn link_driver(args: &[String]) -> ExitCode {
+    let fail = |message: &str| {
+        eprintln!("{NAME} {}: {message}", link::SUBCOMMAND);
+        ExitCode::FAILURE
+    };
+    let (links, entries) = match parse_link_driver(args) {
+        Ok(parsed) => parsed,
+        Err(e) => return fail(&e),
+    };
+    let mut state = Vec::new();
+    if let Err(e) = std::io::stdin().take(MAX_STATE).read_to_end(&mut state) {
+        return fail(&format!("cannot read the OCI state from stdin: {e}"));
+    }
+    match link::run(&state, &links, &entries) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+/// `nvshim` in the directory of the running binary.
+fn nvml_helper() -> PathBuf {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(NVML_HELPER)))
+        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(NVML_HELPER))
+}
+
+/// Execs `nvshim runtime-hook -- <args>` with `state` on its stdin (a pipe holding it:
+/// the state is far smaller than a pipe's buffer). Returns only on failure.
+fn exec_with_stdin(helper: &Path, args: &[String], state: &[u8]) -> std::io::Error {
+    let (read, write) = match nix::unistd::pipe() {
+        Ok(fds) => fds,
+        Err(e) => return e.into(),
+    };
+    let mut write = std::fs::File::from(write);
+    if let Err(e) = write.write_all(state) {
+        return e;
+    }
+    drop(write);
+    if let Err(e) = nix::unistd::dup2_stdin(&read) {
+        return e.into();
+    }
+    drop(read);
+    let mut argv = vec![OsString::from(NVML_HELPER_COMMAND), OsString::from("--")];
+    argv.extend(args.iter().map(OsString::from));
+    Command::new(helper).arg0(helper).args(&argv).exec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Args, String> {
+        parse(&list.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn go_style_flags_before_the_stage() {
+        let a = args(&["-config", "/etc/x.toml", "-debug", "prestart"]).unwrap();
+        assert_eq!(
+            (a.config.as_deref(), a.debug, a.stage.as_deref()),
+            (Some("/etc/x.toml"), true, Some("prestart"))
+        );
+        let a = args(&["--config=/c.toml", "poststop"]).unwrap();
+        assert_eq!(a.config.as_deref(), Some("/c.toml"));
+        assert_eq!(a.stage.as_deref(), Some("poststop"));
+        assert!(args(&["-version"]).unwrap().version);
+        assert!(args(&["-bogus", "prestart"]).is_err());
+        assert!(args(&["-config"]).is_err());
+        let a = args(&["link-driver", "--link", "a::/b"]).unwrap();
+        assert_eq!(a.rest, ["--link", "a::/b"]);
+    }
+
+    #[test]
+    fn link_driver_arguments() {
+        let strings = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (links, entries) = parse_link_driver(&strings(&[
+            "--link",
+            "libcuda.so.1::/usr/lib/libcuda.so",
+            "--ldcache=libcuda.so.1=/usr/lib/libcuda.so.1@0x303",
+        ]))
+        .unwrap();
+        assert_eq!(links.len(), 1);
+        assert_eq!(entries[0].key, "libcuda.so.1");
+        for (case, bad) in [
+            ("unknown", &["--bogus", "x"][..]),
+            ("missing value", &["--link"][..]),
+            ("bad link", &["--link", "relative::x"][..]),
+        ] {
+            let err = parse_link_driver(&strings(bad)).unwrap_err();
+            assert!(!err.is_empty(), "{case}");
+        }
+    }
+}
