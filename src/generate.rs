@@ -81,6 +81,9 @@ pub struct Options {
     pub hook_path: String,
     /// The driver files to include; NVIDIA's specs carry the whole driver (`all`).
     pub capabilities: DriverCapabilities,
+    /// Add the hook that gives containers `ModifyDeviceFiles: 0` when the host's
+    /// driver says 1 (`--disable-hook disable-device-node-modification` clears it).
+    pub cover_params: bool,
 }
 
 impl Default for Options {
@@ -91,6 +94,7 @@ impl Default for Options {
             all_device: true,
             hook_path: "/usr/bin/nvidia-container-runtime-hook".to_owned(),
             capabilities: DriverCapabilities::all(),
+            cover_params: true,
         }
     }
 }
@@ -150,6 +154,11 @@ pub fn generate(ctx: &Context, options: &Options) -> Result<Spec, GenerateError>
     shared
         .hooks
         .extend(hook(options, &common.symlinks, &common.ldcache)?);
+    if common.modify_device_files && options.cover_params {
+        shared
+            .hooks
+            .push(stage_hook(options, pipeline::PARAMS_HOOK));
+    }
 
     let mut devices = Vec::new();
     for gpu in &inventory.gpus {
@@ -285,23 +294,30 @@ fn hook(
     }
     // `nvshim hook link-driver …`, or `nvidia-container-runtime-hook link-driver …`
     // (the static binary packages install: no loader, so no preload can reach it).
+    let mut hook = stage_hook(options, link::SUBCOMMAND);
+    hook.args.extend(link::encode(links, entries)?);
+    Ok(Some(hook))
+}
+
+/// A `createContainer` hook running `stage` of the hook binary: `nvshim hook <stage>`
+/// or `nvidia-container-runtime-hook <stage>`.
+fn stage_hook(options: &Options, stage: &str) -> Hook {
     let name = options
         .hook_path
         .rsplit('/')
         .next()
         .unwrap_or(&options.hook_path)
         .to_owned();
-    let mut args = if name == "nvshim" {
-        vec![name, "hook".to_owned(), link::SUBCOMMAND.to_owned()]
+    let args = if name == "nvshim" {
+        vec![name, "hook".to_owned(), stage.to_owned()]
     } else {
-        vec![name, link::SUBCOMMAND.to_owned()]
+        vec![name, stage.to_owned()]
     };
-    args.extend(link::encode(links, entries)?);
-    Ok(Some(Hook {
+    Hook {
         hook_name: "createContainer".to_owned(),
         path: options.hook_path.clone(),
         args,
-        env: vec![link::HOOK_ENV.to_owned()],
+        env: vec![cdi::HOOK_ENV.to_owned()],
         timeout: None,
-    }))
+    }
 }

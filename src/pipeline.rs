@@ -83,6 +83,10 @@ pub struct Plan {
     pub symlinks: Vec<SymlinkEdit>,
     /// Optional things the host lacks (shown by `nvshim list`, logged by the runtime).
     pub missing: Vec<Missing>,
+    /// The host driver lets NVML create device nodes (`ModifyDeviceFiles: 1` in its
+    /// params): the front ends cover the container's copy of that file (see
+    /// `hook::params`).
+    pub modify_device_files: bool,
     /// The CDI names whose edits came from spec files (their edits are in `edits`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cdi_devices: Vec<String>,
@@ -122,6 +126,7 @@ pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
             ldcache: Vec::new(),
             symlinks: Vec::new(),
             missing: Vec::new(),
+            modify_device_files: false,
             cdi_devices: Vec::new(),
         });
     }
@@ -190,6 +195,7 @@ fn plan_from_spec_files(ctx: &Context, request: &Request) -> Result<Option<Plan>
             ldcache: Vec::new(),
             symlinks: Vec::new(),
             missing: Vec::new(),
+            modify_device_files: false,
             cdi_devices: Vec::new(),
         }
     } else {
@@ -261,8 +267,15 @@ pub fn plan_on(
         edits,
         ldcache,
         symlinks,
+        modify_device_files: modifies_device_files(&ctx.roots),
         cdi_devices: Vec::new(),
     })
+}
+
+/// Whether the host's `proc/driver/nvidia/params` says `ModifyDeviceFiles: 1`.
+fn modifies_device_files(roots: &Roots) -> bool {
+    let path = roots.proc.join(discover::params::PARAMS);
+    fs::read_to_string(path).is_ok_and(|text| discover::params::modifies_device_files(&text))
 }
 
 /// What `NVIDIA_REQUIRE_*` is checked against: the driver, and each selected GPU (a
@@ -425,6 +438,21 @@ pub fn context(config: &Config) -> Context {
             }
         },
     }
+}
+
+/// NVIDIA's name for the hook that covers the container's driver params.
+pub const PARAMS_HOOK: &str = "disable-device-node-modification";
+
+/// Whether the config leaves the params cover on: NVIDIA's
+/// `modes.jit-cdi.nvcdi-disable-hooks` turns hooks off by name, or all with `all`.
+pub fn covers_params(config: &Config) -> bool {
+    !config
+        .nvidia_container_runtime
+        .modes
+        .jit_cdi
+        .nvcdi_disable_hooks
+        .iter()
+        .any(|h| h == PARAMS_HOOK || h == "all")
 }
 
 /// What the request reads from a spec.

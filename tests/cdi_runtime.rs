@@ -264,22 +264,36 @@ fn spec_file_jit_and_direct_requests_give_identical_edits() {
         assert!(run.ldcache() == want_cache, "{case}: ld.so.cache differs");
     }
 
-    // The spec-file runs carry the spec's hook, with a fixed env, and void the variable
-    // so that nothing injects a second time; the in-memory runs have no hook.
+    // The spec-file runs carry the spec's hooks, with a fixed env, and void the
+    // variable so that nothing injects a second time. Every run covers the driver's
+    // params (the simulated host says `ModifyDeviceFiles: 1`): the in-memory runs with
+    // the runtime's own hook, the spec-file runs with the spec's; nothing else runs.
+    let stages = |spec: &Value| -> Vec<String> {
+        spec["hooks"]["createContainer"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                assert_eq!(h["env"], json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]));
+                let args = h["args"].as_array().unwrap();
+                let at = if args[0] == "nvshim" { 2 } else { 1 };
+                args[at].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
     for run in [&file, &annotated] {
         let spec = run.spec();
-        let hooks = spec["hooks"]["createContainer"].as_array().unwrap();
-        assert_eq!(hooks.len(), 1, "{hooks:?}");
-        assert_eq!(hooks[0]["path"], NVSHIM);
-        assert_eq!(hooks[0]["args"][2], "link-driver");
         assert_eq!(
-            hooks[0]["env"],
-            json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
+            stages(&spec),
+            ["link-driver", "disable-device-node-modification"]
         );
+        assert_eq!(spec["hooks"]["createContainer"][0]["path"], NVSHIM);
         assert_eq!(env_value(&spec, "NVIDIA_VISIBLE_DEVICES"), ["void"]);
     }
     for run in [&direct, &jit, &plugin] {
-        assert!(run.spec()["hooks"].get("createContainer").is_none());
+        let spec = run.spec();
+        assert_eq!(stages(&spec), ["disable-device-node-modification"]);
+        assert_eq!(spec["hooks"]["createContainer"][0]["path"], HOOK);
     }
 }
 

@@ -148,12 +148,13 @@ fn create_injects_the_gpus_and_execs_runc_with_the_same_argv() {
     assert_eq!(
         devices,
         [
-            "/dev/nvidiactl",
             "/dev/nvidia-uvm",
             "/dev/nvidia-uvm-tools",
             "/dev/nvidia0",
-            "/dev/nvidia2"
-        ]
+            "/dev/nvidia2",
+            "/dev/nvidiactl",
+        ],
+        "in path order"
     );
     let rules = after["linux"]["resources"]["devices"].as_array().unwrap();
     assert!(
@@ -171,6 +172,17 @@ fn create_injects_the_gpus_and_execs_runc_with_the_same_argv() {
     );
     // dockerd's --gpus hook is gone; the spec is marked.
     assert_eq!(after["hooks"]["prestart"], json!([]), "legacy hook removed");
+    // The one hook added: the driver's params, with ModifyDeviceFiles 0, in the
+    // container (the simulated host driver says 1).
+    let hooks = after["hooks"]["createContainer"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0]["args"][1], "disable-device-node-modification");
+    assert!(
+        hooks[0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/nvidia-container-runtime-hook")
+    );
     assert_eq!(after["annotations"]["nvshim.io/injected"], "0,2");
     // Everything we did not add is as it was (docker's own mounts first, in order).
     assert_eq!(after["process"], before["process"]);

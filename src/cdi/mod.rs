@@ -23,6 +23,10 @@ pub use spec::{SpecError, minimum_version};
 /// The CDI spec version whose `containerEdits` fields we use.
 pub const MIN_CDI_VERSION: &str = "0.5.0";
 
+/// The environment every hook we put in a spec gets. An empty `env` would make runc
+/// hand the hook its own environment (CVE-2025-23266).
+pub const HOOK_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// The kind of the GPU devices we generate and resolve: `nvidia.com/gpu`.
 pub const NVIDIA_GPU_KIND: &str = "nvidia.com/gpu";
 

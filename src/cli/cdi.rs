@@ -65,6 +65,10 @@ pub struct GenerateArgs {
     /// specs carry the whole driver.
     #[arg(long, default_value = "all")]
     pub driver_capabilities: String,
+    /// Leave a hook out of the spec: disable-device-node-modification (the one
+    /// optional hook), or all. Repeat or comma-separate.
+    #[arg(long, value_delimiter = ',')]
+    pub disable_hook: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -98,7 +102,19 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         all_device: !args.no_all_device,
         hook_path: hook_path.display().to_string(),
         capabilities: args.driver_capabilities.parse::<DriverCapabilities>()?,
+        cover_params: true,
     };
+    let mut options = options;
+    for hook in &args.disable_hook {
+        match hook.as_str() {
+            crate::pipeline::PARAMS_HOOK | "all" => options.cover_params = false,
+            other => {
+                return Err(CliError::UnknownHook {
+                    name: other.to_owned(),
+                });
+            }
+        }
+    }
     let ctx = Context {
         roots: host.roots(),
         source: host.source(),

@@ -20,6 +20,9 @@ pub enum HookCommand {
     /// createContainer hook: create the driver's symlinks and merge linker cache
     /// entries in the container's rootfs (what the runtime does in-process).
     LinkDriver(LinkDriverArgs),
+    /// createContainer hook: cover the container's /proc/driver/nvidia/params with a
+    /// copy that says ModifyDeviceFiles: 0.
+    DisableDeviceNodeModification,
 }
 
 #[derive(Debug, Args)]
@@ -38,6 +41,13 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
         return Err(CliError::HookEnv { var });
     }
     match &args.command {
+        HookCommand::DisableDeviceNodeModification => {
+            let mut state = Vec::new();
+            std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
+            let covered = crate::hook::params::run(&state)?;
+            tracing::debug!(covered, "disable-device-node-modification");
+            Ok(())
+        }
         HookCommand::LinkDriver(args) => {
             let links = args
                 .links

@@ -107,7 +107,13 @@ pub enum CliError {
     #[error(transparent)]
     Link(#[from] crate::hook::link::LinkError),
     #[error(transparent)]
+    Params(#[from] crate::hook::params::ParamsError),
+    #[error(transparent)]
     Labels(#[from] labels::LabelsError),
+    #[error(
+        "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"
+    )]
+    UnknownHook { name: String },
     #[error(
         "refusing to run a hook with {var} set: loader variables must not reach a hook running on the host"
     )]

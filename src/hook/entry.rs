@@ -23,7 +23,7 @@ use crate::config;
 use crate::logging::{self, LogSettings};
 use crate::pipeline::{NvmlAccess, PipelineError};
 
-use super::{HookError, link};
+use super::{HookError, link, params};
 
 const NAME: &str = "nvidia-container-runtime-hook";
 
@@ -149,10 +149,12 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
     match args.stage.as_deref() {
         Some("prestart") => {}
         Some(link::SUBCOMMAND) => return link_driver(&args.rest),
+        Some(params::SUBCOMMAND) => return disable_device_node_modification(),
         Some("poststart" | "poststop") => return ExitCode::SUCCESS,
         Some(other) => {
             return failure(&format!(
-                "unknown stage {other:?} (valid: prestart, poststart, poststop, link-driver)"
+                "unknown stage {other:?} (valid: prestart, poststart, poststop, link-driver, \
+                 disable-device-node-modification)"
             ));
         }
         None => {
@@ -228,6 +230,24 @@ fn link_driver(args: &[String]) -> ExitCode {
     match link::run(&state, &links, &entries) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
+    }
+}
+
+fn disable_device_node_modification() -> ExitCode {
+    let mut state = Vec::new();
+    if let Err(e) = std::io::stdin().take(MAX_STATE).read_to_end(&mut state) {
+        eprintln!(
+            "{NAME} {}: cannot read the OCI state from stdin: {e}",
+            params::SUBCOMMAND
+        );
+        return ExitCode::FAILURE;
+    }
+    match params::run(&state) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{NAME} {}: {e}", params::SUBCOMMAND);
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -29,9 +29,7 @@ use crate::rootfs::{Rootfs, RootfsError};
 /// The subcommand name, as it appears in a spec's hook args (`nvshim hook link-driver`).
 pub const SUBCOMMAND: &str = "link-driver";
 
-/// The environment every hook we put in a spec gets. An empty `env` would make runc
-/// hand the hook its own environment (CVE-2025-23266).
-pub const HOOK_ENV: &str = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+pub use crate::cdi::HOOK_ENV;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {

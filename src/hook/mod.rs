@@ -48,6 +48,7 @@ pub mod link;
 pub mod mounts;
 mod nodes;
 pub mod ns;
+pub mod params;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -115,6 +116,12 @@ pub enum HookError {
         #[source]
         source: Errno,
     },
+    #[error("cannot open the container's rootfs {path}: {source}")]
+    OpenRoot {
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
     #[error("cannot open {path} on the host: {source}")]
     Source {
         path: PathBuf,
@@ -147,6 +154,8 @@ pub enum HookError {
     },
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
+    #[error(transparent)]
+    Params(#[from] params::ParamsError),
     #[error("device cgroup: {0}")]
     Cgroup(#[from] CgroupError),
 }
@@ -223,6 +232,24 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
         ldcache: &plan.ldcache,
     };
     let applied = apply::apply(&rootfs, &sources, files, user)?;
+    if pipeline::covers_params(config) {
+        let root = nix::fcntl::open(
+            &rootfs,
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|source| HookError::OpenRoot {
+            path: rootfs.clone(),
+            source,
+        })?;
+        let covered = params::cover(std::os::fd::AsFd::as_fd(&root))?;
+        tracing::debug!(
+            covered,
+            "driver params: ModifyDeviceFiles 0 in the container"
+        );
+    }
     phase("applied in the container", started);
     tracing::info!(
         id = %state.id,

@@ -5,9 +5,10 @@
 //! Any error leaves `config.json` as it was, and the caller fails the `create`
 //! instead of starting a container without the GPUs it asked for.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::bundle::{Bundle, BundleError, SpecDoc};
+use crate::cdi::Hook;
 use crate::config::{Config, ConfigError};
 use crate::inject::{self, Applied, INJECTED_ANNOTATION, InjectError};
 use crate::pipeline::{self, NvmlAccess, PipelineError, context, inputs, policy};
@@ -75,6 +76,12 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
         tracing::debug!(what = %missing.what, needed_for = %missing.needed_for, "not on this host, skipped");
     }
 
+    let mut plan = plan;
+    if plan.modify_device_files && pipeline::covers_params(config) {
+        // runc refuses mounts under /proc: a hook covers the driver's params once the
+        // container's /proc is mounted (see `hook::params`).
+        plan.edits.hooks.push(params_hook(&hook_binary()));
+    }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
     if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
@@ -98,6 +105,31 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     std::mem::forget(plan);
     Ok(outcome)
 }
+
+/// The `createContainer` hook that gives the container `ModifyDeviceFiles: 0`.
+pub fn params_hook(binary: &Path) -> Hook {
+    let name = binary
+        .file_name()
+        .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned());
+    Hook {
+        hook_name: "createContainer".into(),
+        path: binary.display().to_string(),
+        args: vec![name, pipeline::PARAMS_HOOK.into()],
+        env: vec![crate::cdi::HOOK_ENV.into()],
+        timeout: None,
+    }
+}
+
+/// `nvidia-container-runtime-hook` beside the running binary (the runtime, or the
+/// `nvshim` it hands NVML requests to: packages install all three in one directory).
+fn hook_binary() -> PathBuf {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(HOOK_BINARY)))
+        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(HOOK_BINARY))
+}
+
+const HOOK_BINARY: &str = "nvidia-container-runtime-hook";
 
 fn mark(doc: &mut SpecDoc, devices: &str) -> Result<(), InjectError> {
     let root = doc

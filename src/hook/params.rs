@@ -1,0 +1,205 @@
+//! `disable-device-node-modification`: the container's `/proc/driver/nvidia/params`
+//! with `ModifyDeviceFiles: 0`.
+//!
+//! With `ModifyDeviceFiles: 1` (the driver's default), NVML in a container creates
+//! `/dev/nvidia<N>` for every GPU it finds missing, so a container given one GPU could
+//! make the nodes of the others (whether it may open them is then up to the device
+//! cgroup alone). NVIDIA's toolkit covers the file with a copy that says `0`; so do we.
+//!
+//! runc refuses OCI mounts under `/proc`, so this runs in the container's mount
+//! namespace after runc mounted its `/proc`: as a `createContainer` hook for the
+//! runtime and CDI specs, and inside the prestart hook. The copy lives on a private,
+//! detached tmpfs (`fsopen`/`fsmount`, Linux 5.2): nothing is created in the rootfs or
+//! on the host; the bind of the one file is attached read-only over the target, which
+//! must be a regular file reached inside the rootfs with no symlink on the way (runc's
+//! procfs there, normally; at worst a file of the image's own).
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_uint};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
+use nix::mount::MsFlags;
+use nix::sys::stat::Mode;
+
+use crate::bundle::{self, Bundle, BundleError};
+use crate::discover::params::{PARAMS, disabled};
+
+use super::mounts;
+
+/// The stage name (`nvidia-container-runtime-hook disable-device-node-modification`),
+/// NVIDIA's hook name.
+pub const SUBCOMMAND: &str = "disable-device-node-modification";
+
+/// The params file is a few hundred bytes.
+const MAX_PARAMS: u64 = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParamsError {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error("config.json has no root.path: cannot find the container's rootfs")]
+    NoRoot,
+    #[error("cannot open the container's rootfs {path}: {source}")]
+    Root {
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    #[error("the container's /{PARAMS} is not a regular file: refusing to cover it")]
+    NotAFile,
+    #[error("cannot cover the container's /{PARAMS} ({step}): {source}")]
+    Mount {
+        step: &'static str,
+        #[source]
+        source: Errno,
+    },
+    #[error("cannot read the container's /{PARAMS}: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+/// The `createContainer` hook: finds the rootfs from the OCI state and covers its
+/// params. Returns whether it covered anything.
+pub fn run(state: &[u8]) -> Result<bool, ParamsError> {
+    let state = bundle::parse_state(state)?;
+    let loaded = Bundle::new(&state.bundle).load()?;
+    let root = loaded.doc.root_path().ok_or(ParamsError::NoRoot)?;
+    let path = state.bundle.join(root);
+    let rootfs = fcntl::open(
+        &path,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| ParamsError::Root {
+        path: path.clone(),
+        source,
+    })?;
+    cover(rootfs.as_fd())
+}
+
+/// Covers `<rootfs>/proc/driver/nvidia/params` when it says `ModifyDeviceFiles: 1`;
+/// `Ok(false)` when the container has no such file (no driver loaded) or it already
+/// says 0. Must run in the container's mount namespace, after its `/proc` is mounted.
+pub fn cover(rootfs: BorrowedFd<'_>) -> Result<bool, ParamsError> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let target = match fcntl::openat2(rootfs, Path::new(PARAMS), how) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(false),
+        Err(source) => {
+            return Err(ParamsError::Mount {
+                step: "open",
+                source,
+            });
+        }
+    };
+    let st = nix::sys::stat::fstat(&target).map_err(|source| ParamsError::Mount {
+        step: "stat",
+        source,
+    })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(ParamsError::NotAFile);
+    }
+    let mut text = String::new();
+    std::fs::File::open(format!("/proc/self/fd/{}", target.as_raw_fd()))
+        .and_then(|f| f.take(MAX_PARAMS).read_to_string(&mut text))
+        .map_err(ParamsError::Read)?;
+    let Some(copy) = disabled(&text) else {
+        return Ok(false);
+    };
+    let tree = copy_tree(copy.as_bytes())?;
+    let step = |step| move |source| ParamsError::Mount { step, source };
+    mounts::attach(tree.as_fd(), target.as_fd()).map_err(step("move_mount"))?;
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if let Err(source) = mounts::seal(tree.as_fd(), flags) {
+        let _ = mounts::detach(tree.as_fd());
+        return Err(ParamsError::Mount {
+            step: "read-only remount",
+            source,
+        });
+    }
+    Ok(true)
+}
+
+/// A detached bind mount of a file holding `bytes`, on a new tmpfs that is attached
+/// nowhere (it lives as long as the bind does).
+fn copy_tree(bytes: &[u8]) -> Result<OwnedFd, ParamsError> {
+    let step = |step| move |source| ParamsError::Mount { step, source };
+    let context = fsopen(c"tmpfs").map_err(step("fsopen tmpfs"))?;
+    fsconfig_create(context.as_fd()).map_err(step("fsconfig"))?;
+    let mnt = fsmount(context.as_fd()).map_err(step("fsmount"))?;
+    let file = fcntl::openat(
+        &mnt,
+        "params",
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o444),
+    )
+    .map_err(step("create the copy"))?;
+    std::fs::File::from(file)
+        .write_all(bytes)
+        .map_err(|e| ParamsError::Mount {
+            step: "write the copy",
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+    open_tree_at(mnt.as_fd(), c"params").map_err(step("open_tree"))
+}
+
+fn owned(ret: libc::c_long) -> Result<OwnedFd, Errno> {
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
+    // SAFETY: the kernel just returned this fd; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn fsopen(fs: &CStr) -> Result<OwnedFd, Errno> {
+    const FSOPEN_CLOEXEC: c_uint = 1;
+    // SAFETY: fsopen(2) reads the NUL-terminated name, which outlives the call.
+    owned(unsafe { libc::syscall(libc::SYS_fsopen, fs.as_ptr(), FSOPEN_CLOEXEC) })
+}
+
+fn fsconfig_create(context: BorrowedFd<'_>) -> Result<(), Errno> {
+    const FSCONFIG_CMD_CREATE: c_uint = 6;
+    // SAFETY: fsconfig(2) with CMD_CREATE takes no key or value pointers (null, 0).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if ret < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+fn fsmount(context: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    const FSMOUNT_CLOEXEC: c_uint = 1;
+    const MOUNT_ATTR_NOSUID: c_uint = 2;
+    const MOUNT_ATTR_NODEV: c_uint = 4;
+    const MOUNT_ATTR_NOEXEC: c_uint = 8;
+    let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    // SAFETY: fsmount(2) reads only the fd and two integers.
+    owned(unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            context.as_raw_fd(),
+            FSMOUNT_CLOEXEC,
+            attrs,
+        )
+    })
+}
+
+fn open_tree_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
+    let flags: c_uint = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    // SAFETY: open_tree(2) reads the fd and the NUL-terminated name, which outlives
+    // the call.
+    owned(unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), name.as_ptr(), flags) })
+}
