@@ -8,10 +8,16 @@
 //!   `ListAndWatch` has its first list, and after the calls below;
 //! - `Allocate` (2 GPUs), `GetPreferredAllocation` (2 of 8) and the no-op
 //!   `GetDevicePluginOptions`, interleaved on one connection (the order rotates every
-//!   round), so machine noise and connection effects hit all three alike.
+//!   round), so machine noise and connection effects hit all three alike;
+//! - with `--metrics-addr` on, a third process: `GET /metrics` over one keep-alive
+//!   connection, as Prometheus scrapes (every GPU sampled from the mock NVML at each
+//!   scrape, about 50 NVML calls), timed per scrape, and `VmRSS` before and after 1,000
+//!   scrapes. This process runs without the mock's call log, a test aid that opens and
+//!   appends to a file on every NVML call and would otherwise be most of what is timed.
 //!
 //! `$NVSHIM_BENCH_PLUGIN` names the binary (else cargo's build of it);
-//! `$NVSHIM_BENCH_STARTS` and `$NVSHIM_BENCH_CALLS` change the counts.
+//! `$NVSHIM_BENCH_STARTS`, `$NVSHIM_BENCH_CALLS` and `$NVSHIM_BENCH_SCRAPES` change the
+//! counts.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -21,6 +27,7 @@ mod kubelet;
 mod plugin_proc;
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -31,8 +38,10 @@ use nvshim::plugin::api::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     PreferredAllocationRequest,
 };
-use nvshim_testkit::{Artifacts, NodeSpec, SimNode};
+use nvshim_testkit::{Artifacts, MOCK_NVML_CALL_LOG_ENV, NodeSpec, SimNode};
 use plugin_proc::{PluginProc, node_args};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
 /// How long any one step may take before the bench gives up.
@@ -82,6 +91,19 @@ impl Bench {
         PluginProc::spawn(&self.binary, &self.args, &self.node.env())
     }
 
+    /// A plugin with `extra` flags and the mock's config but not its call log.
+    fn spawn_quiet(&self, extra: &[&str]) -> PluginProc {
+        let mut args = self.args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let env: Vec<(String, String)> = self
+            .node
+            .env()
+            .into_iter()
+            .filter(|(k, _)| k != MOCK_NVML_CALL_LOG_ENV)
+            .collect();
+        PluginProc::spawn(&self.binary, &args, &env)
+    }
+
     /// Waits for registration number `n` (counting from 1) and returns when it came.
     async fn registered(&self, n: usize, plugin: &PluginProc) -> Instant {
         let deadline = Instant::now() + LIMIT;
@@ -109,6 +131,61 @@ impl Bench {
             plugin.log()
         );
     }
+}
+
+/// A keep-alive HTTP/1.1 connection to the plugin's `/metrics`, as Prometheus holds one.
+struct Scraper {
+    stream: BufReader<TcpStream>,
+    request: Vec<u8>,
+}
+
+impl Scraper {
+    async fn connect(addr: SocketAddr) -> Scraper {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Scraper {
+            stream: BufReader::new(stream),
+            request: format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").into_bytes(),
+        }
+    }
+
+    /// One scrape; returns the body's length.
+    async fn scrape(&mut self) -> usize {
+        self.stream
+            .get_mut()
+            .write_all(&self.request)
+            .await
+            .unwrap();
+        let mut line = String::new();
+        let mut length = None;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if line.starts_with("HTTP/1.1") {
+                assert!(line.contains(" 200 "), "{line}");
+            }
+            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = value.trim().parse().ok();
+            }
+        }
+        let mut body = vec![0; length.expect("content-length")];
+        self.stream.read_exact(&mut body).await.unwrap();
+        assert!(body.ends_with(b"# EOF\n"));
+        body.len()
+    }
+}
+
+/// The address in the plugin's "serving metrics addr=…" log line.
+fn metrics_addr(plugin: &PluginProc) -> SocketAddr {
+    let log = plugin.log();
+    log.lines()
+        .filter(|l| l.contains("serving metrics"))
+        .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
 }
 
 /// Times one call.
@@ -220,6 +297,32 @@ async fn run() {
     drop(stream);
     bench.stop(plugin).await;
 
+    // Scrapes, on a plugin with metrics on.
+    let scrapes = count("NVSHIM_BENCH_SCRAPES", 1000, 1000);
+    let plugin = bench.spawn_quiet(&["--metrics-addr", "127.0.0.1:0"]);
+    bench.registered(starts + 2, &plugin).await;
+    assert!(plugin.wait_log("serving metrics", LIMIT).await);
+    let mut scraper = Scraper::connect(metrics_addr(&plugin)).await;
+    let mut body = 0;
+    for _ in 0..100 {
+        body = scraper.scrape().await;
+    }
+    let rss_before = plugin.status_kib("VmRSS");
+    let mut scrape = Vec::with_capacity(scrapes);
+    for _ in 0..scrapes {
+        let start = Instant::now();
+        scraper.scrape().await;
+        scrape.push(start.elapsed());
+    }
+    let rss_after = plugin.status_kib("VmRSS");
+    let hwm_scrapes = plugin.status_kib("VmHWM");
+    drop(scraper);
+    bench.stop(plugin).await;
+    scrape.sort();
+    let growth_kib = rss_after
+        .zip(rss_before)
+        .map(|(after, before)| after as i64 - before as i64);
+
     for v in [&mut noop, &mut alloc, &mut pref] {
         v.sort();
     }
@@ -283,6 +386,33 @@ async fn run() {
             verdict(p50(&pref) <= Duration::from_micros(500))
         ),
     );
+    row(
+        "scrape /metrics (8 GPUs, keep-alive) p50 / p99",
+        format!("{} / {}", us(p50(&scrape)), us(pct(&scrape, 99))),
+        format!(
+            "p99 < 5 ms: {}",
+            verdict(pct(&scrape, 99) < Duration::from_millis(5))
+        ),
+    );
+    row(
+        &format!("VmRSS growth over {scrapes} scrapes"),
+        growth_kib.map_or("?".into(), |k| format!("{:+.3} MiB", k as f64 / MIB)),
+        format!(
+            "<= 1 MiB: {}",
+            verdict(growth_kib.is_some_and(|k| k <= 1024))
+        ),
+    );
+    row(
+        "VmRSS before / after the scrapes",
+        format!("{} / {}", mib(rss_before), mib(rss_after)),
+        String::new(),
+    );
+    row(
+        "peak RSS (VmHWM), metrics on, after the scrapes",
+        mib(hwm_scrapes),
+        String::new(),
+    );
+    println!("one scrape: {body} bytes");
     println!();
     let mut line = String::from("after the calls:");
     for (name, kib) in details {

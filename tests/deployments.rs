@@ -1,6 +1,8 @@
 //! The shipped Kubernetes manifests say what the README and NVIDIA's manifest say: the
 //! DaemonSet in kube-system, the `nvidia.com/gpu` toleration, node-critical priority, the
-//! device-plugins hostPath, no privilege, and probes on the port the plugin serves.
+//! device-plugins hostPath, no privilege, and probes on the port the plugin serves; the
+//! metrics port, the ServiceMonitor that scrapes it and the Grafana dashboard agree with
+//! the plugin and each other.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -84,5 +86,152 @@ fn the_probes_use_the_address_the_plugin_is_told_to_serve() {
     ];
     for (key, value) in env {
         assert!(known.contains(&key), "{key}={value}");
+    }
+}
+
+const SERVICE_MONITOR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deployments/servicemonitor.yml"
+);
+const DASHBOARD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deployments/grafana-dashboard.json"
+);
+
+/// The manifest's `--metrics-addr` port: the one its `metrics` containerPort names.
+fn metrics_port(container: &Value) -> u16 {
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let addr = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--metrics-addr="))
+        .expect("--metrics-addr=[IP]:PORT in args");
+    // The plugin parses it as the flag would.
+    let parsed = config::parse_listen_addr(addr).unwrap();
+    parsed.port()
+}
+
+#[test]
+fn metrics_are_served_on_the_port_the_pod_declares_and_can_name_pods() {
+    let ds = manifest();
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let port = metrics_port(container);
+    let declared = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a port named metrics");
+    assert_eq!(declared["containerPort"], port);
+    // kubelet's pod-resources socket, read-only, where the plugin looks by default.
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/var/lib/kubelet/pod-resources")
+        .expect("the pod-resources mount");
+    assert_eq!(mount["readOnly"], true);
+    assert!(config::POD_RESOURCES_SOCKET.starts_with("/var/lib/kubelet/pod-resources/"));
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the pod-resources volume");
+    assert_eq!(volume["hostPath"]["path"], "/var/lib/kubelet/pod-resources");
+}
+
+#[test]
+fn the_service_monitor_scrapes_the_plugins_metrics_port() {
+    let ds = manifest();
+    let text = fs::read_to_string(SERVICE_MONITOR).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let (service, monitor) = (kind("Service"), kind("ServiceMonitor"));
+    assert_eq!(
+        service["metadata"]["namespace"],
+        ds["metadata"]["namespace"]
+    );
+    assert_eq!(
+        service["spec"]["selector"], ds["spec"]["template"]["metadata"]["labels"],
+        "the Service selects the plugin's pods"
+    );
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let service_port = &service["spec"]["ports"][0];
+    assert_eq!(service_port["targetPort"], "metrics");
+    assert_eq!(service_port["port"], metrics_port(container));
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][key], value, "label {key}");
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], service_port["name"]);
+    assert_eq!(endpoint["path"], "/metrics");
+}
+
+#[test]
+fn the_dashboard_charts_metrics_the_plugin_serves() {
+    let dashboard: Value = serde_json::from_str(&fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    let datasource = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["type"] == "datasource")
+        .expect("a datasource variable");
+    assert_eq!(datasource["query"], "prometheus");
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    let served = [
+        "nvshim_gpu_utilization_ratio",
+        "nvshim_gpu_memory_used_bytes",
+        "nvshim_gpu_memory_total_bytes",
+        "nvshim_gpu_temperature_celsius",
+        "nvshim_gpu_power_watts",
+        "nvshim_gpu_sm_clock_hertz",
+        "nvshim_gpu_xid_errors_total",
+        "nvshim_plugin_allocations_total",
+        "nvshim_plugin_allocate_duration_seconds_bucket",
+    ];
+    for metric in served {
+        assert!(
+            exprs.iter().any(|e| e.contains(metric)),
+            "no panel charts {metric}"
+        );
+    }
+    // Every nvshim metric a panel names is one of the plugin's.
+    for expr in &exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("nvshim_") {
+                let known = served.contains(&word)
+                    || [
+                        "nvshim_gpu_memory_utilization_ratio",
+                        "nvshim_gpu_healthy",
+                        "nvshim_plugin_registrations_total",
+                        "nvshim_plugin_health_transitions_total",
+                    ]
+                    .contains(&word);
+                assert!(
+                    known,
+                    "{word} in {expr:?} is not a metric the plugin serves"
+                );
+            }
+        }
     }
 }

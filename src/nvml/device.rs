@@ -169,7 +169,7 @@ impl<'a> Device<'a> {
     }
 
     /// Calls a getter shaped `(nvmlDevice_t, T *)` and returns what it wrote over `init`.
-    fn out<T>(
+    pub(super) fn out<T>(
         &self,
         sym: &Sym<unsafe extern "C" fn(RawDevice, *mut T) -> RawReturn>,
         init: T,

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //! NVML events: [`EventSet`] (an `nvmlEventSet_t`, freed on drop) and the [`Event`]s it
 //! yields, which the device plugin's health check waits on. Like [`Device`], a set borrows
-//! the [`Nvml`] it came from.
+//! the [`Nvml`] it came from; a [`SharedEventSet`] holds it by `Arc` instead, for a set that
+//! lives beside its library in a long-lived struct (the plugin's metrics keep one).
 #![allow(unsafe_code)]
 
 use std::fmt;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
 use super::ffi::{self, RawEventSet};
 use super::{Device, Nvml, NvmlError, Return};
@@ -92,12 +95,71 @@ impl<'a> EventSet<'a> {
 
 impl Drop for EventSet<'_> {
     fn drop(&mut self) {
-        if let Some(free) = self.nvml.api.event_set_free.f {
-            // SAFETY: the handle came from nvmlEventSetCreate and is freed exactly once.
-            let ret = unsafe { free(self.handle) };
-            if ret != 0 {
-                tracing::debug!(code = %Return::from_raw(ret), "nvmlEventSetFree failed");
-            }
+        free(self.nvml, self.handle);
+    }
+}
+
+/// `nvmlEventSetFree`, logging a failure (there is nobody to return it to).
+fn free(nvml: &Nvml, handle: RawEventSet) {
+    if let Some(free) = nvml.api.event_set_free.f {
+        // SAFETY: the handle came from nvmlEventSetCreate and its owner frees it exactly once.
+        let ret = unsafe { free(handle) };
+        if ret != 0 {
+            tracing::debug!(code = %Return::from_raw(ret), "nvmlEventSetFree failed");
         }
+    }
+}
+
+/// An NVML event set that keeps its [`Nvml`] alive by `Arc`; freed when dropped. NVML's
+/// sets are not safe to wait on from two threads at once, so callers serialise
+/// [`SharedEventSet::with`] (a `Mutex` around it will do).
+pub struct SharedEventSet {
+    nvml: Arc<Nvml>,
+    handle: RawEventSet,
+}
+
+// SAFETY: as for `EventSet`: an opaque token of a thread-safe library that the `Arc` keeps
+// loaded.
+unsafe impl Send for SharedEventSet {}
+// SAFETY: as for Send; the set is only used through `with`, whose callers serialise it.
+unsafe impl Sync for SharedEventSet {}
+
+impl fmt::Debug for SharedEventSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SharedEventSet").field(&self.handle).finish()
+    }
+}
+
+impl SharedEventSet {
+    /// `nvmlEventSetCreate` on `nvml`, held by `Arc`.
+    pub fn new(nvml: &Arc<Nvml>) -> Result<SharedEventSet, NvmlError> {
+        let set = nvml.event_set()?;
+        // The borrowed set must not free the handle: ownership moves to the shared one.
+        let handle = ManuallyDrop::new(set).handle;
+        Ok(SharedEventSet {
+            nvml: Arc::clone(nvml),
+            handle,
+        })
+    }
+
+    /// The library the set belongs to.
+    pub fn nvml(&self) -> &Nvml {
+        &self.nvml
+    }
+
+    /// Runs `f` with the set as a borrowed [`EventSet`] (to register devices, or wait).
+    pub fn with<R>(&self, f: impl FnOnce(&EventSet<'_>) -> R) -> R {
+        // A view that never frees: `SharedEventSet` owns the handle and frees it on drop.
+        let set = ManuallyDrop::new(EventSet {
+            nvml: &self.nvml,
+            handle: self.handle,
+        });
+        f(&set)
+    }
+}
+
+impl Drop for SharedEventSet {
+    fn drop(&mut self) {
+        free(&self.nvml, self.handle);
     }
 }

@@ -48,6 +48,15 @@ pub(super) struct Memory {
     pub used: c_ulonglong,
 }
 
+/// `nvmlUtilization_t`: percent of the last sample period the GPU ran kernels, and its
+/// memory was read or written.
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct Utilization {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
 /// `nvmlEventData_t` as filled by `nvmlEventSetWait_v2`. The v1 call writes only the first
 /// three fields, so the instance ids are pre-set to NVML's "not attributable" value.
 #[repr(C)]
@@ -62,6 +71,7 @@ pub(super) struct EventData {
 const _: () = {
     assert!(size_of::<PciInfo>() == 68);
     assert!(size_of::<Memory>() == 24);
+    assert!(size_of::<Utilization>() == 8);
     #[cfg(target_pointer_width = "64")]
     assert!(size_of::<EventData>() == 32);
 };
@@ -87,6 +97,12 @@ pub(super) type DeviceTwoIntFn =
 pub(super) type DeviceU64Fn = unsafe extern "C" fn(RawDevice, *mut c_ulonglong) -> RawReturn;
 pub(super) type PciInfoFn = unsafe extern "C" fn(RawDevice, *mut PciInfo) -> RawReturn;
 pub(super) type MemoryFn = unsafe extern "C" fn(RawDevice, *mut Memory) -> RawReturn;
+pub(super) type UtilizationFn = unsafe extern "C" fn(RawDevice, *mut Utilization) -> RawReturn;
+/// `(nvmlDevice_t device, <an int-sized C enum> which, unsigned int *value)`:
+/// `nvmlDeviceGetTemperature` (`nvmlTemperatureSensors_t`) and `nvmlDeviceGetClockInfo`
+/// (`nvmlClockType_t`).
+pub(super) type DeviceEnumUintFn =
+    unsafe extern "C" fn(RawDevice, c_uint, *mut c_uint) -> RawReturn;
 pub(super) type MigByIndexFn = unsafe extern "C" fn(RawDevice, c_uint, *mut RawDevice) -> RawReturn;
 pub(super) type DeviceHandleFn = unsafe extern "C" fn(RawDevice, *mut RawDevice) -> RawReturn;
 pub(super) type RegisterEventsFn =

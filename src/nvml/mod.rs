@@ -15,8 +15,9 @@
 //! into `Result`s. It never panics and never prints.
 //!
 //! This file loads the library and holds its function table; `ffi` has the C types,
-//! `error` the return codes and [`NvmlError`], `device`, `events` and `nvlink` the safe
-//! wrappers.
+//! `error` the return codes and [`NvmlError`], `device`, `events`, `nvlink` and `telemetry`
+//! the safe wrappers. The telemetry calls (utilisation, temperature, power, clocks) are
+//! optional too: a driver without one reports that one reading missing, nothing more.
 #![allow(unsafe_code)]
 
 mod device;
@@ -24,6 +25,7 @@ mod error;
 mod events;
 mod ffi;
 mod nvlink;
+mod telemetry;
 
 use std::ffi::{CStr, CString, c_char, c_uint};
 use std::fmt;
@@ -37,9 +39,10 @@ pub use device::{Device, MemoryInfo, PciInfo};
 pub use error::{NvmlError, Return};
 pub use events::{
     EVENT_TYPE_DOUBLE_BIT_ECC_ERROR, EVENT_TYPE_SINGLE_BIT_ECC_ERROR,
-    EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE,
+    EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE, SharedEventSet,
 };
 pub use nvlink::NVLINK_MAX_LINKS;
+pub use telemetry::{Clock, Utilization};
 
 /// A resolved (or missing) function: the name found, or the preferred name when none was.
 struct Sym<F> {
@@ -85,6 +88,10 @@ struct Api {
     event_set_free: Sym<ffi::EventSetFreeFn>,
     nvlink_state: Sym<ffi::NvLinkStateFn>,
     nvlink_remote_pci: Sym<ffi::NvLinkRemotePciFn>,
+    utilization: Sym<ffi::UtilizationFn>,
+    temperature: Sym<ffi::DeviceEnumUintFn>,
+    power_usage: Sym<ffi::DeviceUintFn>,
+    clock_info: Sym<ffi::DeviceEnumUintFn>,
 }
 
 /// Looks up the first of `names` that the library exports.
@@ -158,6 +165,10 @@ impl Api {
                 nvlink_state: resolve(lib, &["nvmlDeviceGetNvLinkState"]),
                 // Only `_v2`: the original call fills the older, shorter nvmlPciInfo_t.
                 nvlink_remote_pci: resolve(lib, &["nvmlDeviceGetNvLinkRemotePciInfo_v2"]),
+                utilization: resolve(lib, &["nvmlDeviceGetUtilizationRates"]),
+                temperature: resolve(lib, &["nvmlDeviceGetTemperature"]),
+                power_usage: resolve(lib, &["nvmlDeviceGetPowerUsage"]),
+                clock_info: resolve(lib, &["nvmlDeviceGetClockInfo"]),
             }
         }
     }

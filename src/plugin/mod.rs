@@ -12,15 +12,19 @@
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
 //! server      the DevicePlugin service, serving, registration, kubelet restarts
+//! metrics     Prometheus /metrics (off by default): NVML readings per GPU, XIDs, pod
+//!             labels from kubelet's pod-resources API, the server's counters
 //! ```
 //!
-//! Only `server` knows about gRPC and tokio; everything above it is plain data and
-//! functions, tested without a socket.
+//! Only `server` and `metrics` know about tokio (and `server` about the device-plugin
+//! gRPC API); everything above them is plain data and functions, tested without a
+//! socket.
 
 pub mod allocate;
 pub mod api;
 pub mod config;
 pub mod health;
+pub mod metrics;
 pub mod node;
 pub mod preferred;
 pub mod resources;

@@ -2,8 +2,9 @@
 //! `nvidia-device-plugin` binary makes.
 //!
 //! Start-up is: settings → NVML → inventory → resources, health board, topology (with
-//! NVLink counts) → the health thread → the gRPC server. SIGHUP does it all again
-//! from the settings on, as NVIDIA's plugin does. With `failOnInitError: false` a node
+//! NVLink counts) → the health thread → the gRPC server (and, with `--metrics-addr`, the
+//! metrics, which sample the node's GPUs). SIGHUP does it all again from the settings
+//! on, as NVIDIA's plugin does; the metrics' counters carry over. With `failOnInitError: false` a node
 //! without NVML or GPUs serves nothing and stays up instead of crash-looping.
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use std::thread::JoinHandle;
 
 use super::config::{self, PluginArgs, PluginConfigError, Settings};
 use super::health::{self, HealthBoard, WatchOptions};
+use super::metrics::Metrics;
 use super::resources::{self, Resource, ResourceError};
 use super::server::{self, Node, ServerError};
 use super::topology::Topology;
@@ -63,7 +65,8 @@ impl Drop for Monitor {
 pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
     let settings = config::resolve_from_process(args)?;
     tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "starting");
-    let (node, monitor) = start(settings)?;
+    let metrics = Metrics::for_settings(&settings);
+    let (node, monitor) = start_with_metrics(settings, &metrics)?;
     let mut monitor = Some(monitor);
     let rebuild = || -> Result<Node, PluginError> {
         let settings = config::resolve_from_process(args)?;
@@ -71,11 +74,11 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
         // The old health thread keeps watching the old node until the new one is up:
         // when the rebuild fails, the server goes on serving the old node, and its
         // health must stay live. (Two NVML handles at once are fine: init is counted.)
-        let (node, fresh) = start(settings)?;
+        let (node, fresh) = start_with_metrics(settings, &metrics)?;
         monitor = Some(fresh);
         Ok(node)
     };
-    server::run(node, rebuild)?;
+    server::run_with_metrics(node, rebuild, metrics.clone())?;
     Ok(())
 }
 
@@ -83,6 +86,14 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
 /// GPUs this fails, unless `fail_on_init_error` is off: then the node has no
 /// resources, and the reason is logged.
 pub fn start(settings: Settings) -> Result<(Node, Monitor), PluginError> {
+    start_with_metrics(settings, &Metrics::disabled())
+}
+
+/// [`start`], handing the node's GPUs to `metrics` to sample.
+pub fn start_with_metrics(
+    settings: Settings,
+    metrics: &Metrics,
+) -> Result<(Node, Monitor), PluginError> {
     let settings = Arc::new(settings);
     match discover(&settings) {
         Ok((nvml, inventory, resources)) => {
@@ -93,6 +104,7 @@ pub fn start(settings: Settings) -> Result<(Node, Monitor), PluginError> {
             for resource in &resources {
                 tracing::info!(resource = %resource.name, devices = resource.devices.len(), "advertising");
             }
+            metrics.observe(&nvml, &inventory, &resources, &board);
             let monitor = spawn_monitor(nvml, inventory, &settings, Arc::clone(&board))?;
             let node = Node {
                 settings,
@@ -104,6 +116,7 @@ pub fn start(settings: Settings) -> Result<(Node, Monitor), PluginError> {
         }
         Err(error) if !settings.fail_on_init_error => {
             tracing::error!("{error}; serving no devices (fail-on-init-error is false)");
+            metrics.forget_node();
             let node = Node {
                 settings,
                 resources: Vec::new(),

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use clap::builder::{OsStringValueParser, TypedValueParser};
 
-use super::values::{parse_bool, parse_device_list_strategy};
+use super::values::{parse_bool, parse_device_list_strategy, parse_listen_addr};
 use super::{DeviceIdStrategy, DeviceListStrategy, MigStrategy};
 
 /// `--mig-strategy`.
@@ -38,6 +38,10 @@ pub const ENV_CONFIG_FILE: &str = "CONFIG_FILE";
 pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
 /// `--health-addr` (ours).
 pub const ENV_HEALTH_ADDR: &str = "NVSHIM_HEALTH_ADDR";
+/// `--metrics-addr` (ours).
+pub const ENV_METRICS_ADDR: &str = "NVSHIM_METRICS_ADDR";
+/// `--pod-resources-socket` (ours).
+pub const ENV_POD_RESOURCES_SOCKET: &str = "NVSHIM_POD_RESOURCES_SOCKET";
 /// `--nvml-lib` (ours).
 pub const ENV_NVML_LIB: &str = "NVSHIM_NVML_LIB";
 /// `--log-level` (ours).
@@ -147,6 +151,16 @@ pub struct PluginArgs {
     /// Serve /healthz and /readyz on this IP:PORT [env: NVSHIM_HEALTH_ADDR] [default: off]
     #[arg(long, value_name = "IP:PORT")]
     pub health_addr: Option<SocketAddr>,
+
+    /// Serve Prometheus /metrics on this IP:PORT (:PORT: every interface)
+    /// [env: NVSHIM_METRICS_ADDR] [default: off]
+    #[arg(long, value_name = "[IP]:PORT", value_parser = parse_listen_addr)]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// Kubelet's pod-resources socket, for the pod labels of GPU metrics; "" for none
+    /// [env: NVSHIM_POD_RESOURCES_SOCKET] [default: /var/lib/kubelet/pod-resources/kubelet.sock]
+    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    pub pod_resources_socket: Option<PathBuf>,
 
     /// The libnvidia-ml.so.1 to load [env: NVSHIM_NVML_LIB] [default: found under the driver root]
     #[arg(long, value_name = "PATH", value_parser = path_parser())]

@@ -106,6 +106,26 @@ fn env_vars() {
             Settings::default(),
         ),
         (
+            "NVSHIM_METRICS_ADDR",
+            vec![("NVSHIM_METRICS_ADDR", ":9400")],
+            with(|s| s.metrics_addr = Some("0.0.0.0:9400".parse().unwrap())),
+        ),
+        (
+            "empty NVSHIM_METRICS_ADDR is unset",
+            vec![("NVSHIM_METRICS_ADDR", "")],
+            Settings::default(),
+        ),
+        (
+            "NVSHIM_POD_RESOURCES_SOCKET",
+            vec![("NVSHIM_POD_RESOURCES_SOCKET", "/p.sock")],
+            with(|s| s.pod_resources_socket = Some("/p.sock".into())),
+        ),
+        (
+            "empty NVSHIM_POD_RESOURCES_SOCKET turns pod labels off",
+            vec![("NVSHIM_POD_RESOURCES_SOCKET", "")],
+            with(|s| s.pod_resources_socket = None),
+        ),
+        (
             "NVSHIM_NVML_LIB",
             vec![("NVSHIM_NVML_LIB", "/l.so")],
             with(|s| s.nvml_library = Some("/l.so".into())),
@@ -136,7 +156,7 @@ fn env_vars() {
 
 #[test]
 fn env_errors() {
-    let cases: [ErrorCase; 13] = [
+    let cases: [ErrorCase; 14] = [
         (
             "bool",
             &[("FAIL_ON_INIT_ERROR", "yes")],
@@ -176,6 +196,11 @@ fn env_errors() {
             "addr",
             &[("NVSHIM_HEALTH_ADDR", ":8080")],
             &["NVSHIM_HEALTH_ADDR", "\":8080\"", "IP:PORT"],
+        ),
+        (
+            "metrics addr",
+            &[("NVSHIM_METRICS_ADDR", "9400")],
+            &["NVSHIM_METRICS_ADDR", "\"9400\"", ":PORT"],
         ),
         (
             "gdrcopy",

@@ -52,6 +52,12 @@ pub enum PluginConfigError {
         #[source]
         source: std::net::AddrParseError,
     },
+    #[error("invalid listen address {value:?}: {source} (want IP:PORT or :PORT, e.g. :9400)")]
+    ListenAddress {
+        value: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
     #[error("unknown device discovery strategy {value:?} (valid: auto, nvml)")]
     DiscoveryStrategy { value: String },
     /// An env var whose value is bad; the source says why.

@@ -32,7 +32,7 @@ pub use args::*;
 pub use error::{BOOL_SPELLINGS, FileSpot, PluginConfigError};
 pub use file::{FileSettings, GPU_RESOURCE, load_file, parse_file};
 pub use resolve::{EnvLookup, health_checks, resolve, resolve_from_process};
-pub use values::parse_bool;
+pub use values::{parse_bool, parse_listen_addr};
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -44,6 +44,8 @@ use serde::Serialize;
 pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
 /// Default directory for our own sockets.
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// Default kubelet pod-resources socket, which the metrics ask which pod holds a GPU.
+pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// The XIDs NVIDIA's plugin treats as application errors, not GPU faults.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
@@ -147,6 +149,11 @@ pub struct Settings {
     pub health_checks: HealthChecks,
     /// `--health-addr`: serve `/healthz` and `/readyz` here (off when `None`).
     pub health_addr: Option<SocketAddr>,
+    /// `--metrics-addr`: serve Prometheus `/metrics` here (off when `None`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// `--pod-resources-socket`: kubelet's pod-resources API, for the metrics' pod labels
+    /// (`None`, given as `""`: no pod labels).
+    pub pod_resources_socket: Option<PathBuf>,
     /// `--nvml-lib`: an explicit `libnvidia-ml.so.1`.
     pub nvml_library: Option<PathBuf>,
     /// The config file the settings came from, if any (re-read on SIGHUP).
@@ -169,6 +176,8 @@ impl Default for Settings {
             time_slicing: None,
             health_checks: HealthChecks::default(),
             health_addr: None,
+            metrics_addr: None,
+            pod_resources_socket: Some(PathBuf::from(POD_RESOURCES_SOCKET)),
             nvml_library: None,
             config_file: None,
         }

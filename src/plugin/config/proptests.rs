@@ -11,7 +11,7 @@ use super::tests::{FILE, env_of};
 use super::*;
 
 /// Names of every env var `resolve` reads.
-const ENV_NAMES: [&str; 21] = [
+const ENV_NAMES: [&str; 23] = [
     ENV_MIG_STRATEGY,
     ENV_FAIL_ON_INIT_ERROR,
     ENV_NVIDIA_DRIVER_ROOT,
@@ -24,6 +24,8 @@ const ENV_NAMES: [&str; 21] = [
     ENV_CONFIG_FILE,
     ENV_SOCKET_DIR,
     ENV_HEALTH_ADDR,
+    ENV_METRICS_ADDR,
+    ENV_POD_RESOURCES_SOCKET,
     ENV_NVML_LIB,
     ENV_LOG_LEVEL,
     ENV_DISABLE_HEALTHCHECKS,

@@ -16,15 +16,17 @@ use super::args::{
     ENV_CDI_ANNOTATION_PREFIX, ENV_CONFIG_FILE, ENV_DEVICE_DISCOVERY_STRATEGY,
     ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
     ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED, ENV_GDS_ENABLED,
-    ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_KUBELET_SOCKET, ENV_MIG_STRATEGY, ENV_MOFED_ENABLED,
-    ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB, ENV_PASS_DEVICE_SPECS,
-    ENV_SOCKET_DIR,
+    ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY,
+    ENV_MOFED_ENABLED, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
+    ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SOCKET_DIR,
 };
 use super::file::{FileSettings, load_file};
-use super::values::{dedup_strategies, parse_bool, parse_device_list_strategies};
+use super::values::{
+    dedup_strategies, parse_bool, parse_device_list_strategies, parse_listen_addr,
+};
 use super::{
     DEVICE_PLUGIN_DIR, DeviceIdStrategy, DeviceListStrategy, HealthChecks, KUBELET_SOCKET,
-    MigStrategy, PluginArgs, PluginConfigError, Settings,
+    MigStrategy, POD_RESOURCES_SOCKET, PluginArgs, PluginConfigError, Settings,
 };
 
 /// An env lookup: `Some(value)` when the variable is set (possibly to `""`).
@@ -66,6 +68,7 @@ pub(super) fn merge(
     let device_id_strategy: Option<DeviceIdStrategy> = env.parsed(ENV_DEVICE_ID_STRATEGY)?;
     let strategies = env.strategies()?;
     let health_addr = env.address(ENV_HEALTH_ADDR)?;
+    let metrics_addr = env.listen_address(ENV_METRICS_ADDR)?;
     let health_checks = health_checks(env.0)?;
 
     let driver_root = non_empty_path(args.driver_root.clone())
@@ -96,6 +99,13 @@ pub(super) fn merge(
         .or_else(|| env.0(ENV_KUBELET_SOCKET).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(KUBELET_SOCKET));
     let kubelet_socket = non_empty_path(Some(kubelet_socket));
+    // `""` turns the pod labels off, as for the kubelet socket.
+    let pod_resources_socket = args
+        .pod_resources_socket
+        .clone()
+        .or_else(|| env.0(ENV_POD_RESOURCES_SOCKET).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(POD_RESOURCES_SOCKET));
+    let pod_resources_socket = non_empty_path(Some(pod_resources_socket));
     let socket_dir = non_empty_path(args.socket_dir.clone())
         .or_else(|| env.path(ENV_SOCKET_DIR))
         .unwrap_or_else(|| default_socket_dir(kubelet_socket.as_deref()));
@@ -136,6 +146,8 @@ pub(super) fn merge(
         time_slicing: file.time_slicing.clone(),
         health_checks,
         health_addr: args.health_addr.or(health_addr),
+        metrics_addr: args.metrics_addr.or(metrics_addr),
+        pod_resources_socket,
         nvml_library: non_empty_path(args.nvml_lib.clone()).or_else(|| env.path(ENV_NVML_LIB)),
         config_file,
     })
@@ -277,6 +289,12 @@ impl Env<'_> {
         parse_device_list_strategies(&value)
             .map(Some)
             .map_err(|e| e.in_env(ENV_DEVICE_LIST_STRATEGY))
+    }
+
+    fn listen_address(&self, name: &'static str) -> Result<Option<SocketAddr>, PluginConfigError> {
+        self.string(name)
+            .map(|value| parse_listen_addr(&value).map_err(|e| e.in_env(name)))
+            .transpose()
     }
 
     fn address(&self, name: &'static str) -> Result<Option<SocketAddr>, PluginConfigError> {

@@ -248,6 +248,26 @@ fn command_line() {
             with(|s| s.health_addr = Some(addr)),
         ),
         (
+            "metrics addr, all interfaces",
+            vec!["--metrics-addr", ":9400"],
+            with(|s| s.metrics_addr = Some("0.0.0.0:9400".parse().unwrap())),
+        ),
+        (
+            "metrics addr, loopback",
+            vec!["--metrics-addr=127.0.0.1:9400"],
+            with(|s| s.metrics_addr = Some("127.0.0.1:9400".parse().unwrap())),
+        ),
+        (
+            "pod resources socket",
+            vec!["--pod-resources-socket=/p/kubelet.sock"],
+            with(|s| s.pod_resources_socket = Some("/p/kubelet.sock".into())),
+        ),
+        (
+            "no pod resources socket",
+            vec!["--pod-resources-socket="],
+            with(|s| s.pod_resources_socket = None),
+        ),
+        (
             "nvml lib",
             vec!["--nvml-lib=/x/libnvidia-ml.so.1"],
             with(|s| s.nvml_library = Some("/x/libnvidia-ml.so.1".into())),
@@ -280,7 +300,7 @@ fn command_line_fields_are_unset_by_default() {
 
 #[test]
 fn command_line_errors() {
-    let cases: [(&str, &[&str], &[&str]); 8] = [
+    let cases: [(&str, &[&str], &[&str]); 10] = [
         (
             "go bools need =",
             &["--fail-on-init-error", "false"],
@@ -312,6 +332,16 @@ fn command_line_errors() {
             &["\"name\"", "uuid, index"],
         ),
         ("bad addr", &["--health-addr=localhost"], &["localhost"]),
+        (
+            "bad metrics addr",
+            &["--metrics-addr=localhost:9400"],
+            &["\"localhost:9400\"", "IP:PORT or :PORT"],
+        ),
+        (
+            "bad metrics port",
+            &["--metrics-addr=:http"],
+            &["\":http\"", "IP:PORT or :PORT"],
+        ),
         (
             "unknown flag",
             &["--mps-root=/run/nvidia/mps"],

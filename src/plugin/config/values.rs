@@ -4,6 +4,7 @@
 //! Go's boolean spellings, comma lists. Pure string → value functions.
 
 use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::str::FromStr;
 
 use super::{DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginConfigError};
@@ -145,4 +146,19 @@ pub(super) fn dedup_strategies(strategies: &[DeviceListStrategy]) -> Vec<DeviceL
         }
     }
     out
+}
+
+/// A listening address: `IP:PORT`, `[IPv6]:PORT`, or `:PORT` for every IPv4 interface
+/// (Go's spelling, which Prometheus exporters' `--web.listen-address` flags use).
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, PluginConfigError> {
+    let error = |source| PluginConfigError::ListenAddress {
+        value: s.to_owned(),
+        source,
+    };
+    match s.strip_prefix(':') {
+        Some(port) => format!("{}:{port}", Ipv4Addr::UNSPECIFIED)
+            .parse()
+            .map_err(error),
+        None => s.parse().map_err(error),
+    }
 }

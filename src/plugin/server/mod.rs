@@ -8,7 +8,8 @@
 //!              │                                 → stop the round, start a new one
 //!              ├─ Command::Restart (SIGHUP)   → rebuild the Node (config, discovery), new round
 //!              ├─ Command::Stop (SIGTERM…)    → stop the round, remove our sockets, return
-//!              └─ /healthz, /readyz           (optional, on settings.health_addr)
+//!              ├─ /healthz, /readyz           (optional, on settings.health_addr)
+//!              └─ /metrics                    (optional, on settings.metrics_addr)
 //! ```
 //!
 //! Everything a call needs (resources, ID index, topology, settings) is built once
@@ -36,6 +37,7 @@ use tokio::sync::{mpsc, watch as channel};
 
 use super::config::Settings;
 use super::health::HealthBoard;
+use super::metrics::{self, Metrics};
 use super::resources::Resource;
 use super::topology::Topology;
 use round::{Prepared, Round, RoundEvent, Verdict};
@@ -150,6 +152,12 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot serve metrics on {addr}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// How often the loop re-checks the sockets even without an inotify event: a safety
@@ -164,6 +172,17 @@ where
     R: FnMut() -> Result<Node, E>,
     E: Display,
 {
+    let metrics = Metrics::for_settings(&node.settings);
+    run_with_metrics(node, rebuild, metrics)
+}
+
+/// [`run`], counting into `metrics` and serving them on `settings.metrics_addr` (the
+/// caller made `metrics`, so it can hand it each node's GPUs as it builds them).
+pub fn run_with_metrics<R, E>(node: Node, rebuild: R, metrics: Metrics) -> Result<(), ServerError>
+where
+    R: FnMut() -> Result<Node, E>,
+    E: Display,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -172,7 +191,7 @@ where
         let (control, commands) = control();
         let signals = forward_signals(control)?;
         let signals = tokio::spawn(signals);
-        let served = serve(node, rebuild, commands).await;
+        let served = serve_with_metrics(node, rebuild, commands, metrics).await;
         signals.abort();
         served
     })
@@ -209,9 +228,27 @@ pub fn forward_signals(control: Control) -> Result<impl Future<Output = ()>, Ser
 /// the error is logged and the old node is served again.
 ///
 /// Fails only when serving cannot start at all: a socket directory that cannot be
-/// watched, a socket that cannot be bound the first time, or a health address in use.
+/// watched, a socket that cannot be bound the first time, or a health (or metrics)
+/// address in use.
 /// Later failures are logged and retried.
-pub async fn serve<R, E>(node: Node, mut rebuild: R, commands: Commands) -> Result<(), ServerError>
+pub async fn serve<R, E>(node: Node, rebuild: R, commands: Commands) -> Result<(), ServerError>
+where
+    R: FnMut() -> Result<Node, E>,
+    E: Display,
+{
+    let metrics = Metrics::for_settings(&node.settings);
+    serve_with_metrics(node, rebuild, commands, metrics).await
+}
+
+/// [`serve`], counting into `metrics`; when they are on and `settings.metrics_addr` is
+/// set, `/metrics` is served there (a port of 0 picks a free one; the log says which).
+/// Like the probe address, the metrics address is read once: SIGHUP does not move it.
+pub async fn serve_with_metrics<R, E>(
+    node: Node,
+    mut rebuild: R,
+    commands: Commands,
+    metrics: Metrics,
+) -> Result<(), ServerError>
 where
     R: FnMut() -> Result<Node, E>,
     E: Display,
@@ -220,7 +257,8 @@ where
         commands: mut inbox,
         ready,
     } = commands;
-    let mut prepared = Prepared::new(node);
+    metrics.watch_health(&node.health);
+    let mut prepared = Prepared::new(node, metrics.clone());
     let mut dirs = DirWatch::new(&prepared.watched_dirs())
         .map_err(|(dir, source)| ServerError::Watch { dir, source })?;
     let _probes = match prepared.settings().health_addr {
@@ -234,6 +272,20 @@ where
             ))))
         }
         None => None,
+    };
+    let _metrics = match prepared.settings().metrics_addr {
+        Some(addr) if metrics.is_enabled() => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Metrics { addr, source })?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            tracing::info!(addr = %bound, path = "/metrics", "serving metrics");
+            Some(AbortOnDrop(tokio::spawn(metrics::serve(
+                listener,
+                metrics.clone(),
+            ))))
+        }
+        _ => None,
     };
     let mut round = Some(Round::start(&prepared)?);
     let mut failures = 0u32;
@@ -270,7 +322,8 @@ where
                     }
                     match rebuild() {
                         Ok(node) => {
-                            prepared = Prepared::new(node);
+                            metrics.watch_health(&node.health);
+                            prepared = Prepared::new(node, metrics.clone());
                             rewatch_dirs(&mut dirs, &prepared);
                         }
                         Err(error) => tracing::error!(

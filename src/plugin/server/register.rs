@@ -15,6 +15,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::watch::FileId;
 use crate::plugin::api::RegisterRequest;
 use crate::plugin::api::registration_client::RegistrationClient;
+use crate::plugin::metrics::Metrics;
 
 /// First retry delay; doubled after each failure up to [`MAX_BACKOFF`].
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -74,15 +75,19 @@ pub(super) async fn register_all(
     kubelet: &Path,
     requests: &[RegisterRequest],
     kick: Arc<Notify>,
+    metrics: &Metrics,
 ) -> Option<FileId> {
     let mut failures = 0u32;
     let mut done = 0usize;
     loop {
         let seen = FileId::of(kubelet);
-        match register_from(kubelet, &requests[done..]).await {
+        match register_from(kubelet, &requests[done..], metrics).await {
             Ok(()) => return seen,
             Err((registered, error)) => {
                 done += registered;
+                if let Some(failed) = requests.get(done) {
+                    metrics.registered(&failed.resource_name, false);
+                }
                 let delay = backoff(failures);
                 failures = failures.saturating_add(1);
                 tracing::warn!(
@@ -106,6 +111,7 @@ pub(super) async fn register_all(
 async fn register_from(
     kubelet: &Path,
     requests: &[RegisterRequest],
+    metrics: &Metrics,
 ) -> Result<(), (usize, RegisterError)> {
     let channel = dial(kubelet).await.map_err(|e| (0, e))?;
     let mut client = RegistrationClient::new(channel);
@@ -119,6 +125,7 @@ async fn register_from(
                 },
             )
         })?;
+        metrics.registered(&request.resource_name, true);
         tracing::info!(
             resource = %request.resource_name,
             endpoint = %request.endpoint,

@@ -20,6 +20,7 @@ use super::{Node, ServerError};
 use crate::plugin::api::device_plugin_server::DevicePluginServer;
 use crate::plugin::api::{DevicePluginOptions, RegisterRequest, VERSION};
 use crate::plugin::config::Settings;
+use crate::plugin::metrics::Metrics;
 
 /// How long stopping waits for open streams and connections to close before it
 /// gives up on them.
@@ -29,10 +30,11 @@ const DRAIN: Duration = Duration::from_secs(1);
 pub(super) struct Prepared {
     node: Node,
     services: Vec<Arc<Shared>>,
+    metrics: Metrics,
 }
 
 impl Prepared {
-    pub(super) fn new(mut node: Node) -> Self {
+    pub(super) fn new(mut node: Node, metrics: Metrics) -> Self {
         let mut services: Vec<Arc<Shared>> = Vec::with_capacity(node.resources.len());
         // Each resource moves into its service; `node` keeps the shared parts.
         for resource in std::mem::take(&mut node.resources) {
@@ -54,17 +56,24 @@ impl Prepared {
                 );
                 continue;
             }
-            services.push(Arc::new(Shared::new(
-                node.settings.clone(),
-                resource,
-                node.health.clone(),
-                node.topology.clone(),
-            )));
+            services.push(Arc::new(
+                Shared::new(
+                    node.settings.clone(),
+                    resource,
+                    node.health.clone(),
+                    node.topology.clone(),
+                )
+                .with_metrics(metrics.clone()),
+            ));
         }
         if services.is_empty() {
             tracing::warn!("no devices found; serving nothing until restarted");
         }
-        Self { node, services }
+        Self {
+            node,
+            services,
+            metrics,
+        }
     }
 
     pub(super) fn settings(&self) -> &Settings {
@@ -204,8 +213,9 @@ impl Round {
             .collect();
         let kubelet = kubelet.to_path_buf();
         let kick = self.kick.clone();
+        let metrics = prepared.metrics.clone();
         self.registration = Some(tokio::spawn(async move {
-            register_all(&kubelet, &requests, kick).await
+            register_all(&kubelet, &requests, kick, &metrics).await
         }));
         self.registered = Registered::Pending;
     }

@@ -7,6 +7,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use tokio::sync::watch;
 use tokio_stream::Stream;
@@ -24,6 +25,7 @@ use crate::plugin::api::{
 };
 use crate::plugin::config::Settings;
 use crate::plugin::health::HealthBoard;
+use crate::plugin::metrics::Metrics;
 use crate::plugin::preferred;
 use crate::plugin::resources::{Resource, ResourceIndex};
 use crate::plugin::topology::Topology;
@@ -36,6 +38,7 @@ pub(super) struct Shared {
     index: ResourceIndex,
     health: Arc<HealthBoard>,
     topology: Arc<Topology>,
+    metrics: Metrics,
 }
 
 impl Shared {
@@ -52,7 +55,14 @@ impl Shared {
             index,
             health,
             topology,
+            metrics: Metrics::disabled(),
         }
+    }
+
+    /// Counts this resource's `Allocate` calls into `metrics`.
+    pub(super) fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub(super) fn resource(&self) -> &Resource {
@@ -186,9 +196,10 @@ impl DevicePlugin for DevicePluginService {
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
         let shared = &*self.shared;
+        let started = Instant::now();
         let healthy = |unit| shared.health.is_healthy(unit);
-        let container_responses = request
-            .into_inner()
+        let request = request.into_inner();
+        let container_responses: Result<Vec<_>, Status> = request
             .container_requests
             .iter()
             .map(|container| {
@@ -202,9 +213,15 @@ impl DevicePlugin for DevicePluginService {
                 .map(response)
                 .map_err(|e| refuse("Allocate", &e))
             })
-            .collect::<Result<_, Status>>()?;
+            .collect();
+        shared.metrics.allocated(
+            &shared.resource.name,
+            request.container_requests.len(),
+            container_responses.is_ok(),
+            started.elapsed(),
+        );
         Ok(Response::new(AllocateResponse {
-            container_responses,
+            container_responses: container_responses?,
         }))
     }
 

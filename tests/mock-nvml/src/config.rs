@@ -44,6 +44,39 @@ pub struct GpuConfig {
     /// The GPU's NVLinks, in link order; none means the GPU has no NVLink at all.
     #[serde(default)]
     pub nvlinks: Vec<NvLinkConfig>,
+    /// `nvmlUtilization_t.gpu`, percent; default 0. This and the readings below are
+    /// re-read when the config file changes; `null` makes the GPU answer
+    /// `NVML_ERROR_NOT_SUPPORTED` for that reading, as a board without the sensor does.
+    #[serde(default = "zero")]
+    pub utilization_gpu_percent: Option<u32>,
+    /// `nvmlUtilization_t.memory`, percent; default 0.
+    #[serde(default = "zero")]
+    pub utilization_memory_percent: Option<u32>,
+    /// `nvmlDeviceGetTemperature` (GPU sensor), °C; default 35.
+    #[serde(default = "temperature_default")]
+    pub temperature_celsius: Option<u32>,
+    /// `nvmlDeviceGetPowerUsage`, milliwatts; default 60000.
+    #[serde(default = "power_default")]
+    pub power_milliwatts: Option<u32>,
+    /// `nvmlDeviceGetClockInfo` for the SM (and graphics) clock, MHz; default 1410.
+    #[serde(default = "sm_clock_default")]
+    pub sm_clock_mhz: Option<u32>,
+}
+
+fn zero() -> Option<u32> {
+    Some(0)
+}
+
+fn temperature_default() -> Option<u32> {
+    Some(35)
+}
+
+fn power_default() -> Option<u32> {
+    Some(60_000)
+}
+
+fn sm_clock_default() -> Option<u32> {
+    Some(1410)
 }
 
 /// `count` consecutive links to the same remote device.

@@ -12,6 +12,7 @@
 
 mod abi;
 mod config;
+mod readings;
 mod state;
 
 use abi::{Memory, PciInfo};
@@ -55,6 +56,25 @@ fn with_device<T>(
     f: impl FnOnce(&Node, Dev) -> Result<T, Ret>,
 ) -> Result<T, Ret> {
     with_node(|node| f(node, node.device(handle.addr())?))
+}
+
+/// Like [`with_device`], with the GPUs' readings (utilisation, temperature, power, clock,
+/// memory used) re-read first if the config file has changed.
+fn with_readings<T>(
+    handle: RawDevice,
+    f: impl FnOnce(&Node, Dev) -> Result<T, Ret>,
+) -> Result<T, Ret> {
+    let mut state = state();
+    state.refresh_readings();
+    let node = state.node()?;
+    f(node, node.device(handle.addr())?)
+}
+
+/// `nvmlUtilization_t`.
+#[repr(C)]
+struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
 }
 
 /// Appends `name` to the call log: one `O_APPEND` write per line, so parallel processes
@@ -333,9 +353,29 @@ nvml_exports! {
     }
 
     fn nvmlDeviceGetMemoryInfo(device: RawDevice, memory: *mut c_void) {
-        let (total, free, used) = with_device(device, |node, dev| Ok(node.memory(dev)))?;
+        let (total, free, used) = with_readings(device, |node, dev| Ok(node.memory(dev)))?;
         // SAFETY: NVML's contract: `memory` is NULL or points to an nvmlMemory_t.
         unsafe { put(memory.cast::<Memory>(), Memory { total, free, used }) }
+    }
+    fn nvmlDeviceGetUtilizationRates(device: RawDevice, utilization: *mut c_void) {
+        let (gpu, memory) = with_readings(device, |node, dev| node.utilization(dev))?;
+        // SAFETY: NVML's contract: `utilization` is NULL or points to an nvmlUtilization_t.
+        unsafe { put(utilization.cast::<Utilization>(), Utilization { gpu, memory }) }
+    }
+    fn nvmlDeviceGetTemperature(device: RawDevice, sensor: c_uint, temp: *mut c_uint) {
+        let value = with_readings(device, |node, dev| node.temperature(dev, sensor))?;
+        // SAFETY: NVML's contract: `temp` is NULL or points to an unsigned int.
+        unsafe { put(temp, value) }
+    }
+    fn nvmlDeviceGetPowerUsage(device: RawDevice, power: *mut c_uint) {
+        let value = with_readings(device, |node, dev| node.power(dev))?;
+        // SAFETY: NVML's contract: `power` is NULL or points to an unsigned int.
+        unsafe { put(power, value) }
+    }
+    fn nvmlDeviceGetClockInfo(device: RawDevice, clock_type: c_uint, clock: *mut c_uint) {
+        let value = with_readings(device, |node, dev| node.clock(dev, clock_type))?;
+        // SAFETY: NVML's contract: `clock` is NULL or points to an unsigned int.
+        unsafe { put(clock, value) }
     }
     fn nvmlDeviceGetCudaComputeCapability(device: RawDevice, major: *mut c_int, minor: *mut c_int) {
         let (maj, min) = with_device(device, |node, dev| Ok(node.gpu(dev).config.compute_capability))?;

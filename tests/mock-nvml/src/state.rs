@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, GpuConfig, MigConfig, NvLinkConfig, XidEventConfig};
+use crate::readings::ConfigFile;
 
 /// `nvmlReturn_t` values (nvml.h).
 pub mod code {
@@ -207,6 +208,9 @@ pub struct Node {
     lost: Vec<bool>,
     xid_events: Vec<XidEventConfig>,
     event_file: Option<PathBuf>,
+    /// The config file the node came from, whose readings are re-read when it changes
+    /// (`None` for a node built from a config in memory).
+    pub(crate) config_file: Option<ConfigFile>,
 }
 
 impl Node {
@@ -219,17 +223,15 @@ impl Node {
             ));
         };
         let path = PathBuf::from(path);
-        let text = std::fs::read_to_string(&path).map_err(|error| {
-            format!("cannot read {CONFIG_ENV} file {}: {error}", path.display())
-        })?;
-        let config: Config = serde_json::from_str(&text)
-            .map_err(|error| format!("invalid {CONFIG_ENV} file {}: {error}", path.display()))?;
+        let (config, file) = ConfigFile::read(&path)?;
         let dev_root = std::env::var_os(DEV_ROOT_ENV)
             .map(PathBuf::from)
             .or_else(|| config.dev_root.clone())
             .unwrap_or_else(|| PathBuf::from("/dev"));
-        Node::new(config, &dev_root)
-            .map_err(|error| format!("invalid {CONFIG_ENV} file {}: {error}", path.display()))
+        let mut node = Node::new(config, &dev_root)
+            .map_err(|error| format!("invalid {CONFIG_ENV} file {}: {error}", path.display()))?;
+        node.config_file = Some(file);
+        Ok(node)
     }
 
     /// Keeps the GPUs whose `<dev_root>/nvidia<minor>` exists, as the real driver only
@@ -267,6 +269,7 @@ impl Node {
             gpus,
             xid_events: config.xid_events,
             event_file: config.event_file,
+            config_file: None,
         })
     }
 
@@ -531,6 +534,13 @@ impl State {
         self.node.as_ref().ok_or(code::UNINITIALIZED)
     }
 
+    /// Re-reads the GPUs' readings if the config file has changed (see `readings`).
+    pub fn refresh_readings(&mut self) {
+        if let Some(node) = self.node.as_mut() {
+            node.refresh_readings();
+        }
+    }
+
     pub fn create_event_set(&mut self) -> Result<usize, Ret> {
         let node = self.node.as_ref().ok_or(code::UNINITIALIZED)?;
         let set = EventSet {
@@ -679,6 +689,11 @@ mod tests {
             mig_mode: false,
             mig_devices: Vec::new(),
             nvlinks: Vec::new(),
+            utilization_gpu_percent: Some(0),
+            utilization_memory_percent: Some(0),
+            temperature_celsius: Some(35),
+            power_milliwatts: Some(60_000),
+            sm_clock_mhz: Some(1410),
         }
     }
 

@@ -38,7 +38,21 @@ pub struct MockGpu {
     /// NVLink), so configs without links read exactly as before.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nvlinks: Vec<MockNvLink>,
+    /// Readings (the mock re-reads them when the file changes, so rewriting the config
+    /// changes what a running process sees). `None` is written as `null`: the GPU then
+    /// answers `NVML_ERROR_NOT_SUPPORTED` for that reading.
+    pub utilization_gpu_percent: Option<u32>,
+    pub utilization_memory_percent: Option<u32>,
+    pub temperature_celsius: Option<u32>,
+    pub power_milliwatts: Option<u32>,
+    pub sm_clock_mhz: Option<u32>,
 }
+
+/// What a node's GPUs read unless a test says otherwise: an idle A100 (the mock's own
+/// defaults, spelled out so the file says what the GPUs read).
+const IDLE_TEMPERATURE_CELSIUS: u32 = 35;
+const IDLE_POWER_MILLIWATTS: u32 = 60_000;
+const IDLE_SM_CLOCK_MHZ: u32 = 1410;
 
 /// `count` consecutive NVLinks of a GPU to the device at `remote_bus_id`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,6 +110,11 @@ impl MockConfig {
                         })
                         .collect(),
                     nvlinks: Vec::new(),
+                    utilization_gpu_percent: Some(0),
+                    utilization_memory_percent: Some(0),
+                    temperature_celsius: Some(IDLE_TEMPERATURE_CELSIUS),
+                    power_milliwatts: Some(IDLE_POWER_MILLIWATTS),
+                    sm_clock_mhz: Some(IDLE_SM_CLOCK_MHZ),
                 })
                 .collect(),
             xid_events: spec
