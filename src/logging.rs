@@ -11,6 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -63,15 +64,21 @@ pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
     });
     let file = match &settings.file {
         Some(path) => {
+            let open_error = |source| LoggingError::Open {
+                path: path.clone(),
+                source,
+            };
+            // O_NONBLOCK for the open only: opening a FIFO nobody reads would otherwise
+            // wait forever (a runtime stuck before runc, every container start hung); this
+            // way it fails with ENXIO. Writes block again, so no event is dropped.
             let handle = OpenOptions::new()
                 .create(true)
                 .append(true)
-                .custom_flags(libc::O_CLOEXEC)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
                 .open(path)
-                .map_err(|source| LoggingError::Open {
-                    path: path.clone(),
-                    source,
-                })?;
+                .map_err(open_error)?;
+            fcntl(&handle, FcntlArg::F_SETFL(OFlag::O_APPEND))
+                .map_err(|errno| open_error(errno.into()))?;
             Some(
                 fmt::layer()
                     .with_writer(Arc::new(handle))

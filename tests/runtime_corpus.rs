@@ -120,6 +120,14 @@ fn appended(pointer: &str) -> Option<fn(&Value) -> bool> {
                 && opts.contains(&"nodev")
                 && opts.contains(&"rprivate")
         }),
+        // The one hook the runtime adds: the driver params cover, with its own env.
+        "/hooks/createContainer" => Some(|h| {
+            h["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/nvidia-container-runtime-hook"))
+                && h["args"][1] == "disable-device-node-modification"
+                && h["env"] == json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
+        }),
         _ => None,
     }
 }
@@ -132,6 +140,8 @@ const NEW_KEYS: &[(&str, &str)] = &[
     ("/linux", "resources"),
     ("/linux/resources", "devices"),
     ("/annotations", "nvshim.io/injected"),
+    ("", "hooks"),
+    ("/hooks", "createContainer"),
 ];
 
 fn diff(before: &Value, after: &Value, pointer: &str, errors: &mut Vec<String>) {

@@ -3,9 +3,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 
 use super::{BundleError, SpecDoc};
 
@@ -51,8 +55,21 @@ impl Bundle {
             path: path.clone(),
             source,
         };
-        let mut file = File::open(&path).map_err(read_error)?;
+        // O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes; it
+        // is refused below instead, like a device (`/dev/zero` would never end). No effect
+        // on reading a regular file.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(read_error)?;
         let meta = file.metadata().map_err(read_error)?;
+        if !meta.is_file() {
+            return Err(BundleError::NotRegular {
+                path,
+                found: file_kind(&meta.file_type()),
+            });
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(read_error)?;
         let doc = SpecDoc::parse_named(&bytes, &path.display().to_string())?;
@@ -70,11 +87,14 @@ impl Bundle {
     /// `.config.json.nvshim-<pid>-<n>`), gives it the mode and owner recorded in `like`, and
     /// renames it over `config.json`. Readers see the old file or the new one, never a part.
     /// On an error before the rename the temp file is removed and `config.json` is untouched.
+    /// A runtime killed (`kill -9`) between creating and renaming its temp file cannot
+    /// remove it, so each save first removes the temp files of pids that no longer run.
     /// No fsync: runc reads the file at once, and a bundle does not outlive a crash of the
     /// host (its container is gone), so durability would buy nothing for its ~0.5 ms.
     /// A symlinked `config.json` is replaced by a regular file, not followed.
     pub fn save(&self, doc: &SpecDoc, like: &Loaded) -> Result<(), BundleError> {
         let bytes = doc.to_vec()?;
+        remove_stale_temps(&self.dir);
         let pid = std::process::id();
         let names = (0..TEMP_ATTEMPTS).map(|_| {
             let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -103,6 +123,59 @@ impl Bundle {
         })?;
         temp.keep();
         Ok(())
+    }
+}
+
+/// Removes `.config.json.nvshim-<pid>-<n>` files in `dir` whose pid is not a running
+/// process: what a runtime killed mid-save leaves. A live pid's file is left alone (two
+/// creates of one bundle at once are the engine's mistake, but must not fail each other).
+/// Best effort: a leftover costs disk space, not correctness.
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{CONFIG_FILE}.nvshim-");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(temp_pid)
+        else {
+            continue;
+        };
+        let running = !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH));
+        if !running && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The pid in a temp file's `<pid>-<n>` suffix; `None` unless both are plain numbers and
+/// the pid is positive (0 and negatives name process groups to `kill`).
+fn temp_pid(suffix: &str) -> Option<i32> {
+    let (pid, n) = suffix.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok().filter(|&pid| pid > 0)
+}
+
+/// What a file that is not a regular file is, for [`BundleError::NotRegular`].
+fn file_kind(kind: &fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "an unknown file type"
     }
 }
 

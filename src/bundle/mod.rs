@@ -39,6 +39,10 @@ pub enum BundleError {
         #[source]
         source: io::Error,
     },
+    /// `config.json` is a FIFO, a device or a directory: reading it could block or never
+    /// end, so it is not read at all.
+    #[error("{path} is not a regular file (found {found})")]
+    NotRegular { path: PathBuf, found: &'static str },
     /// Writing `path` failed; `config.json` is unchanged.
     #[error("cannot write {path}: {source}")]
     Write {

@@ -453,3 +453,36 @@ fn save_fails_cleanly_when_every_temp_name_is_taken() {
         "{error}"
     );
 }
+
+#[test]
+fn save_removes_the_temp_files_of_dead_runtimes_only() {
+    let (dir, bundle, loaded) = bundle_with_config();
+    // A pid that has exited and been reaped: no process has it (until it is reused).
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let dead = child.id();
+    child.wait().expect("wait");
+    let me = std::process::id();
+    let names = [
+        format!(".config.json.nvshim-{dead}-0"),
+        format!(".config.json.nvshim-{me}-999"),
+        format!(".config.json.nvshim-{dead}-x"),
+        ".config.json.nvshim-0-0".to_owned(),
+        "config.json.nvshim-1-0".to_owned(),
+    ];
+    for name in &names {
+        fs::write(dir.path().join(name), "partial").expect("write temp");
+    }
+    bundle
+        .save(&doc(serde_json::json!({"new": true})), &loaded)
+        .expect("save");
+    let mut want: Vec<String> = names[1..].to_vec();
+    want.push("config.json".to_owned());
+    want.sort();
+    assert_eq!(
+        entries(dir.path()),
+        want,
+        "only the dead pid's well-formed temp file is removed"
+    );
+}

@@ -115,6 +115,12 @@ fn type_error_reports_line_column_and_key() {
             (2, 13),
             "nvshim.proc-root",
         ),
+        (
+            "string for a number",
+            "[nvshim]\nnvml-timeout = \"10s\"\n",
+            (2, 16),
+            "nvshim.nvml-timeout",
+        ),
     ];
     for (name, text, (line, column), want_key) in cases {
         match parse_err(text) {

@@ -154,6 +154,11 @@ pub struct NvshimConfig {
     /// The directory holding `proc/driver/nvidia` (default `/`; a test node or a
     /// driver container with its own view of the host's proc sets it).
     pub proc_root: PathBuf,
+    /// How many seconds `nvshim runtime` (the runtime's NVML path) waits for the driver to
+    /// list the GPUs before it fails the `create` (default 10; 0 waits forever). A hung
+    /// driver hangs every NVML call, and a runtime stuck in one would hang the engine's
+    /// container start with no error at all.
+    pub nvml_timeout: u64,
 }
 
 // The tables' defaults are slices of `Config::default()`, so that a table present in the

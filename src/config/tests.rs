@@ -168,6 +168,11 @@ fn defaults_that_differ_from_nvidia_by_design() {
             "/",
         ),
         (
+            "nvshim.nvml-timeout (ours, seconds)",
+            c.nvshim.nvml_timeout.to_string(),
+            "10",
+        ),
+        (
             "nvidia-container-cli.dev-root (ours)",
             format!("{:?}", c.nvidia_container_cli.dev_root),
             "None",

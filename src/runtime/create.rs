@@ -6,6 +6,8 @@
 //! instead of starting a container without the GPUs it asked for.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use crate::bundle::{Bundle, BundleError, SpecDoc};
 use crate::cdi::Hook;
@@ -44,6 +46,13 @@ pub enum CreateError {
     NoRoot,
     #[error("cannot write the driver's symlinks and linker cache into the container's rootfs: {0}")]
     Rootfs(#[from] RootfsError),
+    #[error(
+        "NVML did not list the GPUs within {seconds} s (is the driver hung? nvidia-smi would \
+         hang too; the limit is [nvshim] nvml-timeout in config.toml)"
+    )]
+    NvmlTimeout { seconds: u64 },
+    #[error("cannot start a thread to plan the request: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Edits the bundle at `dir` for `config`. With [`NvmlAccess::Elsewhere`] a request
@@ -65,7 +74,10 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
         nvml,
         ..context(config)
     };
-    let plan = pipeline::plan(&ctx, &request)?;
+    let plan = match nvml {
+        NvmlAccess::InProcess => plan_within(&ctx, &request, config.nvshim.nvml_timeout)?,
+        NvmlAccess::Elsewhere => pipeline::plan(&ctx, &request)?,
+    };
     for node in &plan.edits.device_nodes {
         tracing::debug!(path = %node.path, major = ?node.major, minor = ?node.minor, "inject device node");
     }
@@ -104,6 +116,47 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     std::mem::forget(loaded);
     std::mem::forget(plan);
     Ok(outcome)
+}
+
+/// [`pipeline::plan`] on a helper thread, given at most `seconds` (0: no limit).
+///
+/// Only the process that loads NVML (`nvshim runtime`) plans this way: a driver that
+/// hangs hangs every NVML call in it, and a runtime that never returns leaves the
+/// engine's container start hanging with no error. On a timeout the thread is left
+/// stuck in the driver and the process fails the `create` and exits, which ends it.
+fn plan_within(
+    ctx: &pipeline::Context,
+    request: &request::Request,
+    seconds: u64,
+) -> Result<pipeline::Plan, CreateError> {
+    if seconds == 0 {
+        return Ok(pipeline::plan(ctx, request)?);
+    }
+    let (tx, rx) = mpsc::channel();
+    let (ctx, request) = (ctx.clone(), request.clone());
+    let worker = std::thread::Builder::new()
+        .name("nvml".into())
+        .spawn(move || {
+            // The receiver is gone only after a timeout, when nobody wants the result.
+            let _ = tx.send(pipeline::plan(&ctx, &request));
+        })
+        .map_err(CreateError::Thread)?;
+    match rx.recv_timeout(Duration::from_secs(seconds)) {
+        Ok(planned) => {
+            // Joined, so the process is single-threaded again before it execs runc.
+            let _ = worker.join();
+            Ok(planned?)
+        }
+        Err(RecvTimeoutError::Timeout) => Err(CreateError::NvmlTimeout { seconds }),
+        Err(RecvTimeoutError::Disconnected) => {
+            // The worker ended without sending: it panicked. Carry the panic on.
+            let panic = worker
+                .join()
+                .err()
+                .unwrap_or_else(|| Box::new("the planning thread ended without a result"));
+            std::panic::resume_unwind(panic)
+        }
+    }
 }
 
 /// The `createContainer` hook that gives the container `ModifyDeviceFiles: 0`.

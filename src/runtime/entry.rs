@@ -59,6 +59,15 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         }
     }
 
+    // Looked up before the bundle is touched: a create that cannot reach runc must leave
+    // config.json as it was.
+    let dirs = lowlevel::search_dirs(std::env::var_os("PATH").as_deref());
+    let self_exe = PathBuf::from("/proc/self/exe");
+    let runc = match lowlevel::find(&config.nvidia_container_runtime.runtimes, &dirs, &self_exe) {
+        Ok(runc) => runc,
+        Err(e) => return fail(format!("{ERROR_PREFIX}: {e}")),
+    };
+
     // Only a create needs the cwd (the default bundle): `delete` or `kill` run from a
     // bundle directory that is already gone must still reach runc.
     let outcome = if invocation.creates_container() {
@@ -88,16 +97,8 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         }
     }
 
-    let dirs = lowlevel::search_dirs(std::env::var_os("PATH").as_deref());
-    let self_exe = PathBuf::from("/proc/self/exe");
-    let runtimes = &config.nvidia_container_runtime.runtimes;
-    match lowlevel::find(runtimes, &dirs, &self_exe) {
-        Ok(runc) => {
-            let err = lowlevel::exec(&runc, &raw);
-            fail(format!("{ERROR_PREFIX}: {err}"))
-        }
-        Err(e) => fail(format!("{ERROR_PREFIX}: {e}")),
-    }
+    let err = lowlevel::exec(&runc, &raw);
+    fail(format!("{ERROR_PREFIX}: {err}"))
 }
 
 /// `nvshim` in the directory of the running binary.

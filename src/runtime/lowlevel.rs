@@ -22,10 +22,15 @@ const DEFAULT_DIRS: &[&str] = crate::discover::table::BINARY_DIRS;
 #[derive(Debug, thiserror::Error)]
 pub enum LowLevelError {
     #[error(
-        "no low-level runtime found: tried {tried} (set nvidia-container-runtime.runtimes in config.toml \
-         to the path of runc or crun)"
+        "no low-level runtime found: tried {tried}, names in {dirs} (set \
+         nvidia-container-runtime.runtimes in config.toml to the path of runc or crun)"
     )]
-    NotFound { tried: String },
+    NotFound {
+        /// The candidates, quoted, with why a found one was not used.
+        tried: String,
+        /// The directories names were looked up in, `:`-separated.
+        dirs: String,
+    },
     #[error("cannot exec {path}: {source}")]
     Exec {
         path: PathBuf,
@@ -80,8 +85,15 @@ pub fn find(
             tried.push(format!("{candidate:?}"));
         }
     }
+    let mut searched: Vec<String> = Vec::new();
+    for dir in dirs.iter().map(|d| d.display().to_string()) {
+        if !searched.contains(&dir) {
+            searched.push(dir);
+        }
+    }
     Err(LowLevelError::NotFound {
         tried: tried.join(", "),
+        dirs: searched.join(":"),
     })
 }
 
@@ -183,6 +195,10 @@ mod tests {
             Err(e) => {
                 let msg = e.to_string();
                 assert!(msg.contains("\"nope\"") && msg.contains("./runc"), "{msg}");
+                assert!(
+                    msg.contains(&format!("names in {} (", bin.display())),
+                    "the directories searched: {msg}"
+                );
             }
             Ok(p) => panic!("found {p:?}"),
         }
