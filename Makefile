@@ -46,6 +46,14 @@ else
 endif
 	# The shim tests again, against the static runtime that packages install.
 	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) test --test runtime_shim --test runtime_runc
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash
+# fails it). fuzz/ is a directory, so the target must be phony.
+FUZZ_SECONDS ?= 20
+.PHONY: fuzz
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # `create` through the static runtime vs runc (a table), then the pipeline's own times.
 bench: static-runtime

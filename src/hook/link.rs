@@ -102,7 +102,8 @@ pub fn parse_link(value: &str) -> Result<SymlinkEdit, LinkError> {
         value: value.to_owned(),
     };
     let (target, path) = value.split_once("::").ok_or_else(bad)?;
-    if target.is_empty() || target.contains('\0') || !container_path(path) {
+    // What `encode` refuses is refused here too: every value parsed can be written.
+    if target.is_empty() || target.contains('\0') || path.contains("::") || !container_path(path) {
         return Err(bad());
     }
     Ok(SymlinkEdit {
@@ -129,7 +130,7 @@ pub fn parse_entry(value: &str) -> Result<Entry, LinkError> {
         .and_then(|f| i32::try_from(f).ok())
         .ok_or_else(bad)?;
     let hwcap = hex(hwcap).ok_or_else(bad)?;
-    if key.is_empty() || key.contains(['/', '\0']) || !container_path(path) {
+    if key.is_empty() || key.contains(['/', '\0']) || path.contains('@') || !container_path(path) {
         return Err(bad());
     }
     Ok(Entry {
@@ -216,6 +217,7 @@ mod tests {
             ("no separator", "libcuda.so.1"),
             ("relative path", "libcuda.so.1::usr/lib/libcuda.so"),
             ("dotdot", "x::/usr/../../etc/passwd"),
+            ("separator in the path", "x::/usr/lib/a::b"),
             ("empty target", "::/usr/lib/libcuda.so"),
         ] {
             assert!(parse_link(value).is_err(), "{case}");
@@ -228,6 +230,7 @@ mod tests {
             ("key with slash", "a/b=/usr/lib/libcuda.so.1@0x303"),
             ("flags too big", "k=/usr/lib/k@0x1ffffffff"),
             ("no key", "=/usr/lib/k@0x303"),
+            ("@ in the path", "k=/usr/l@b/k@0x303"),
         ] {
             assert!(parse_entry(value).is_err(), "{case}");
         }
