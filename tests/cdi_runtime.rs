@@ -395,14 +395,16 @@ fn the_hook_binary_runs_link_driver_too() {
     assert!(file.ldcache() == direct.ldcache(), "ld.so.cache differs");
 }
 
-/// Neither hook binary runs with a loader variable in its environment
-/// (CVE-2025-23266: an image's LD_PRELOAD reached NVIDIA's createContainer hook).
+/// Neither hook binary runs a `createContainer` stage with a loader variable in its
+/// environment (CVE-2025-23266: an image's LD_PRELOAD reached NVIDIA's
+/// createContainer hook). `prestart` gets dockerd's environment, where
+/// LD_LIBRARY_PATH is legitimate, and runs (tests/hook_engines.rs).
 #[test]
 fn hooks_refuse_loader_variables() {
     for (bin, args) in [
         (HOOK, &["link-driver", "--link", "a::/b"][..]),
         (NVSHIM, &["hook", "link-driver", "--link", "a::/b"][..]),
-        (HOOK, &["prestart"][..]),
+        (HOOK, &["disable-device-node-modification"][..]),
     ] {
         for var in ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"] {
             let out = Command::new(bin)

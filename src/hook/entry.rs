@@ -6,12 +6,15 @@
 //!   `createContainer` hook of our CDI specs (see [`super::link`]).
 //!
 //! The installed hook is a static binary, so no `LD_PRELOAD` can reach it (the dynamic
-//! loader that would honour one is not there), and it refuses to run when a loader
-//! variable is set at all: a hook's env comes from the spec, and one carrying those is
-//! a misconfiguration or an attack (CVE-2025-23266). A static glibc program must not
-//! load the host's NVML, so a prestart request that needs NVML is handed to
-//! `nvshim runtime-hook -- <same argv>` by `exec`, with the OCI state already read
-//! from stdin given to it again through a pipe.
+//! loader that would honour one is not there). Its `createContainer` stages refuse to
+//! run when a loader variable is set at all: their env comes from a spec we wrote
+//! (`PATH` only), so one carrying those was tampered with (CVE-2025-23266). `prestart`
+//! gets the engine's own environment, where `LD_LIBRARY_PATH` can be legitimate, so it
+//! runs, and removes the loader variables before handing anything to the dynamic
+//! `nvshim`. A static glibc program must not load the host's NVML, so a prestart
+//! request that needs NVML is handed to `nvshim runtime-hook -- <same argv>` by
+//! `exec`, with the OCI state already read from stdin given to it again through a
+//! pipe.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -140,16 +143,31 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
         eprintln!("{NAME} (nvshim) {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    if let Some(var) = loader_var() {
-        return failure(&format!(
+    // The createContainer stages run with the env our specs give them (PATH only): a
+    // loader variable there means the spec was tampered with. `prestart` runs with the
+    // engine's own env (dockerd passes its environment to the `--gpus` hook), where
+    // LD_LIBRARY_PATH is legitimate: this static binary ignores it, and it is removed
+    // before any hand-off to the dynamic `nvshim`.
+    let refuse = |var: &str| {
+        failure(&format!(
             "refusing to run with {var} set: loader variables must not reach a hook that \
-             runs as root on the host (check the hook's env in the OCI spec or hooks.d file)"
-        ));
-    }
+             runs as root on the host (check the hook's env in the OCI spec)"
+        ))
+    };
     match args.stage.as_deref() {
         Some("prestart") => {}
-        Some(link::SUBCOMMAND) => return link_driver(&args.rest),
-        Some(params::SUBCOMMAND) => return disable_device_node_modification(),
+        Some(link::SUBCOMMAND) => {
+            return match loader_var() {
+                Some(var) => refuse(var),
+                None => link_driver(&args.rest),
+            };
+        }
+        Some(params::SUBCOMMAND) => {
+            return match loader_var() {
+                Some(var) => refuse(var),
+                None => disable_device_node_modification(),
+            };
+        }
         Some("poststart" | "poststop") => return ExitCode::SUCCESS,
         Some(other) => {
             return failure(&format!(
@@ -277,7 +295,12 @@ fn exec_with_stdin(helper: &Path, args: &[String], state: &[u8]) -> std::io::Err
     drop(read);
     let mut argv = vec![OsString::from(NVML_HELPER_COMMAND), OsString::from("--")];
     argv.extend(args.iter().map(OsString::from));
-    Command::new(helper).arg0(helper).args(&argv).exec()
+    let mut command = Command::new(helper);
+    // `nvshim` is dynamic: the engine's loader variables must not reach it.
+    for var in LOADER_VARS {
+        command.env_remove(var);
+    }
+    command.arg0(helper).args(&argv).exec()
 }
 
 #[cfg(test)]
