@@ -6,7 +6,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{CliError, HostArgs};
-use crate::inventory::{self, Backend, Inventory, Source};
+use crate::inventory::{Backend, Inventory};
 
 #[derive(Debug, Args)]
 pub struct InfoArgs {
@@ -39,28 +39,8 @@ pub fn run(host: &HostArgs, args: &InfoArgs, out: &mut dyn Write) -> Result<(), 
     Ok(())
 }
 
-/// `auto` here prefers NVML (it knows memory, compute capability and MIG) and falls
-/// back to procfs when NVML cannot be loaded.
 fn load(host: &HostArgs) -> Result<(Backend, Inventory), CliError> {
-    let roots = host.roots();
-    let source = host.source();
-    let with = |backend| Source {
-        backend,
-        ..source.clone()
-    };
-    match source.backend {
-        Backend::Auto => match inventory::load(&roots, &with(Backend::Nvml)) {
-            Ok(inv) => Ok((Backend::Nvml, inv)),
-            Err(e) => {
-                tracing::warn!("NVML unavailable, showing what /proc/driver/nvidia knows: {e}");
-                Ok((
-                    Backend::Procfs,
-                    inventory::load(&roots, &with(Backend::Procfs))?,
-                ))
-            }
-        },
-        backend => Ok((backend, inventory::load(&roots, &source)?)),
-    }
+    Ok(host.inventory()?)
 }
 
 fn write_table(

@@ -70,6 +70,33 @@ impl HostArgs {
             nvml_library: self.nvml_lib.clone(),
         }
     }
+
+    /// The inventory for `info` and `labels`: `auto` prefers NVML (it knows memory,
+    /// compute capability and MIG) and falls back to procfs, with a warning, when NVML
+    /// cannot be loaded.
+    pub fn inventory(
+        &self,
+    ) -> Result<(Backend, crate::inventory::Inventory), crate::inventory::InventoryError> {
+        let roots = self.roots();
+        let source = self.source();
+        let with = |backend| Source {
+            backend,
+            ..source.clone()
+        };
+        match source.backend {
+            Backend::Auto => match crate::inventory::load(&roots, &with(Backend::Nvml)) {
+                Ok(inv) => Ok((Backend::Nvml, inv)),
+                Err(e) => {
+                    tracing::warn!("NVML unavailable, using what /proc/driver/nvidia knows: {e}");
+                    Ok((
+                        Backend::Procfs,
+                        crate::inventory::load(&roots, &with(Backend::Procfs))?,
+                    ))
+                }
+            },
+            backend => Ok((backend, crate::inventory::load(&roots, &source)?)),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

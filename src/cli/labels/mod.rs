@@ -33,7 +33,7 @@ pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 
 use super::configure::{ConfigureError, write};
 use super::{CliError, HostArgs};
-use crate::inventory::{self, Backend, Inventory, InventoryError, Source};
+use crate::inventory::{Backend, Inventory, InventoryError};
 use crate::plugin::config::{FileSettings, MigStrategy, PluginConfigError, load_file};
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
@@ -213,28 +213,8 @@ fn render(labels: &Labels) -> String {
     labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
 }
 
-/// `auto` here means NVML (memory, compute capability, MIG), falling back to procfs with
-/// a warning, as `nvshim info` does; the labels NVML alone gives are then left out.
 fn load(host: &HostArgs) -> Result<(Backend, Inventory), LabelsError> {
-    let roots = host.roots();
-    let source = host.source();
-    let with = |backend| Source {
-        backend,
-        ..source.clone()
-    };
-    match source.backend {
-        Backend::Auto => match inventory::load(&roots, &with(Backend::Nvml)) {
-            Ok(inv) => Ok((Backend::Nvml, inv)),
-            Err(e) => {
-                tracing::warn!("NVML unavailable, labelling from /proc/driver/nvidia only: {e}");
-                Ok((
-                    Backend::Procfs,
-                    inventory::load(&roots, &with(Backend::Procfs))?,
-                ))
-            }
-        },
-        backend => Ok((backend, inventory::load(&roots, &source)?)),
-    }
+    Ok(host.inventory()?)
 }
 
 /// The DMI product name; `None` (labelled `unknown`, as GFD does) when it cannot be read.
