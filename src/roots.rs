@@ -129,6 +129,16 @@ impl Roots {
     }
 }
 
+/// `name` in the directory of the running binary (`/usr/bin` if that cannot be read):
+/// packages install the runtime, the hook and `nvshim` side by side, and each hands
+/// work to the others there, never through `PATH`.
+pub fn beside_self(name: &str) -> PathBuf {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

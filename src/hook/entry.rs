@@ -271,10 +271,7 @@ fn disable_device_node_modification() -> ExitCode {
 
 /// `nvshim` in the directory of the running binary.
 fn nvml_helper() -> PathBuf {
-    std::fs::read_link("/proc/self/exe")
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(NVML_HELPER)))
-        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(NVML_HELPER))
+    crate::roots::beside_self(NVML_HELPER)
 }
 
 /// Execs `nvshim runtime-hook -- <args>` with `state` on its stdin (a pipe holding it:

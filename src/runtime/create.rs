@@ -176,10 +176,7 @@ pub fn params_hook(binary: &Path) -> Hook {
 /// `nvidia-container-runtime-hook` beside the running binary (the runtime, or the
 /// `nvshim` it hands NVML requests to: packages install all three in one directory).
 fn hook_binary() -> PathBuf {
-    std::fs::read_link("/proc/self/exe")
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(HOOK_BINARY)))
-        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(HOOK_BINARY))
+    crate::roots::beside_self(HOOK_BINARY)
 }
 
 const HOOK_BINARY: &str = "nvidia-container-runtime-hook";

@@ -103,10 +103,7 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
 
 /// `nvshim` in the directory of the running binary.
 fn nvml_helper() -> PathBuf {
-    std::fs::read_link("/proc/self/exe")
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(NVML_HELPER)))
-        .unwrap_or_else(|| PathBuf::from("/usr/bin").join(NVML_HELPER))
+    crate::roots::beside_self(NVML_HELPER)
 }
 
 /// Reports a failure on stderr and, when runc was given `--log`, in runc's log format
