@@ -126,6 +126,8 @@ fn appended(pointer: &str) -> Option<fn(&Value) -> bool> {
                 .as_str()
                 .is_some_and(|p| p.ends_with("/nvidia-container-runtime-hook"))
                 && h["args"][1] == "disable-device-node-modification"
+                && h["args"][2] == "--rootfs"
+                && h["args"][3].as_str().is_some_and(|p| p.starts_with('/'))
                 && h["env"] == json!(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
         }),
         _ => None,

@@ -177,6 +177,12 @@ fn create_injects_the_gpus_and_execs_runc_with_the_same_argv() {
     let hooks = after["hooks"]["createContainer"].as_array().unwrap();
     assert_eq!(hooks.len(), 1, "{hooks:?}");
     assert_eq!(hooks[0]["args"][1], "disable-device-node-modification");
+    // Told the rootfs (absolute), so it reads neither its stdin nor config.json.
+    let rootfs = bundle.join("rootfs");
+    assert_eq!(
+        hooks[0]["args"].as_array().unwrap()[2..],
+        [json!("--rootfs"), json!(rootfs.to_str().unwrap())]
+    );
     assert!(
         hooks[0]["path"]
             .as_str()

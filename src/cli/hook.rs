@@ -22,7 +22,15 @@ pub enum HookCommand {
     LinkDriver(LinkDriverArgs),
     /// createContainer hook: cover the container's /proc/driver/nvidia/params with a
     /// copy that says ModifyDeviceFiles: 0.
-    DisableDeviceNodeModification,
+    DisableDeviceNodeModification(ParamsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ParamsArgs {
+    /// The container's rootfs on the host (absolute); without it the rootfs is found
+    /// from the OCI state on stdin and the bundle's config.json.
+    #[arg(long = "rootfs")]
+    pub rootfs: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -41,10 +49,15 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
         return Err(CliError::HookEnv { var });
     }
     match &args.command {
-        HookCommand::DisableDeviceNodeModification => {
-            let mut state = Vec::new();
-            std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
-            let covered = crate::hook::params::run(&state)?;
+        HookCommand::DisableDeviceNodeModification(params) => {
+            let covered = match &params.rootfs {
+                Some(rootfs) => crate::hook::params::run_at(rootfs)?,
+                None => {
+                    let mut state = Vec::new();
+                    std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
+                    crate::hook::params::run(&state)?
+                }
+            };
             tracing::debug!(covered, "disable-device-node-modification");
             Ok(())
         }

@@ -165,7 +165,7 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
         Some(params::SUBCOMMAND) => {
             return match loader_var() {
                 Some(var) => refuse(var),
-                None => disable_device_node_modification(),
+                None => disable_device_node_modification(&args.rest),
             };
         }
         Some("poststart" | "poststop") => return ExitCode::SUCCESS,
@@ -251,21 +251,28 @@ fn link_driver(args: &[String]) -> ExitCode {
     }
 }
 
-fn disable_device_node_modification() -> ExitCode {
-    let mut state = Vec::new();
-    if let Err(e) = std::io::stdin().take(MAX_STATE).read_to_end(&mut state) {
-        eprintln!(
-            "{NAME} {}: cannot read the OCI state from stdin: {e}",
-            params::SUBCOMMAND
-        );
-        return ExitCode::FAILURE;
-    }
-    match params::run(&state) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{NAME} {}: {e}", params::SUBCOMMAND);
-            ExitCode::FAILURE
+fn disable_device_node_modification(args: &[String]) -> ExitCode {
+    let fail = |message: &dyn std::fmt::Display| {
+        eprintln!("{NAME} {}: {message}", params::SUBCOMMAND);
+        ExitCode::FAILURE
+    };
+    let outcome = match params::parse_args(args) {
+        Err(e) => return fail(&e),
+        // The runtime's form: the state on stdin is not needed, and not reading it
+        // saves waiting for the engine to write it (runc writes it from a goroutine;
+        // OCI runtimes ignore a hook that exits without reading it).
+        Ok(Some(rootfs)) => params::run_at(&rootfs),
+        Ok(None) => {
+            let mut state = Vec::new();
+            if let Err(e) = std::io::stdin().take(MAX_STATE).read_to_end(&mut state) {
+                return fail(&format!("cannot read the OCI state from stdin: {e}"));
+            }
+            params::run(&state)
         }
+    };
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
     }
 }
 

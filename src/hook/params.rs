@@ -44,6 +44,8 @@ pub enum ParamsError {
     Bundle(#[from] BundleError),
     #[error("config.json has no root.path: cannot find the container's rootfs")]
     NoRoot,
+    #[error("{ROOTFS_FLAG} {0:?} is not an absolute path (the container's rootfs on the host)")]
+    RelativeRootfs(PathBuf),
     #[error("cannot open the container's rootfs {path}: {source}")]
     Root {
         path: PathBuf,
@@ -62,23 +64,50 @@ pub enum ParamsError {
     Read(#[source] std::io::Error),
 }
 
-/// The `createContainer` hook: finds the rootfs from the OCI state and covers its
-/// params. Returns whether it covered anything.
+/// The `createContainer` hook as CDI specs run it: finds the rootfs from the OCI state
+/// (the bundle's `config.json`) and covers its params. Returns whether it covered
+/// anything.
 pub fn run(state: &[u8]) -> Result<bool, ParamsError> {
     let state = bundle::parse_state(state)?;
     let loaded = Bundle::new(&state.bundle).load()?;
     let root = loaded.doc.root_path().ok_or(ParamsError::NoRoot)?;
-    let path = state.bundle.join(root);
-    let rootfs = fcntl::open(
-        &path,
+    run_at(&state.bundle.join(root))
+}
+
+/// The hook as the runtime adds it, with the rootfs's absolute path in its arguments
+/// ([`ROOTFS_FLAG`]): the runtime wrote that spec itself, so neither the state on
+/// stdin nor `config.json` needs reading. runc runs `createContainer` hooks before
+/// `pivot_root`, where the rootfs is still at its host path.
+pub fn run_at(rootfs: &Path) -> Result<bool, ParamsError> {
+    if !rootfs.is_absolute() {
+        return Err(ParamsError::RelativeRootfs(rootfs.to_path_buf()));
+    }
+    let dir = fcntl::open(
+        rootfs,
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map_err(|source| ParamsError::Root {
-        path: path.clone(),
+        path: rootfs.to_path_buf(),
         source,
     })?;
-    cover(rootfs.as_fd())
+    cover(dir.as_fd())
+}
+
+/// `disable-device-node-modification --rootfs <absolute path>`.
+pub const ROOTFS_FLAG: &str = "--rootfs";
+
+/// The hook's arguments after the stage name: none (the rootfs comes from the OCI
+/// state) or `--rootfs <path>` / `--rootfs=<path>`.
+pub fn parse_args(args: &[String]) -> Result<Option<PathBuf>, String> {
+    match args {
+        [] => Ok(None),
+        [flag, path] if flag == ROOTFS_FLAG => Ok(Some(PathBuf::from(path))),
+        [arg] if arg.starts_with("--rootfs=") => Ok(Some(PathBuf::from(&arg["--rootfs=".len()..]))),
+        _ => Err(format!(
+            "unexpected arguments {args:?} (valid: none, or {ROOTFS_FLAG} <absolute path>)"
+        )),
+    }
 }
 
 /// Covers `<rootfs>/proc/driver/nvidia/params` when it says `ModifyDeviceFiles: 1`;
@@ -202,4 +231,50 @@ fn open_tree_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
     // SAFETY: open_tree(2) reads the fd and the NUL-terminated name, which outlives
     // the call.
     owned(unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), name.as_ptr(), flags) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_name_the_rootfs_or_nothing() {
+        assert_eq!(parse_args(&[]), Ok(None));
+        assert_eq!(
+            parse_args(&args(&["--rootfs", "/b/rootfs"])),
+            Ok(Some(PathBuf::from("/b/rootfs")))
+        );
+        assert_eq!(
+            parse_args(&args(&["--rootfs=/b/rootfs"])),
+            Ok(Some(PathBuf::from("/b/rootfs")))
+        );
+        for bad in [
+            &["--rootfs"][..],
+            &["--root", "/b"],
+            &["/b/rootfs"],
+            &["--rootfs", "/a", "--rootfs", "/b"],
+        ] {
+            let err = parse_args(&args(bad)).unwrap_err();
+            assert!(err.contains("--rootfs <absolute path>"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_relative_rootfs_is_refused_before_anything_is_opened() {
+        let err = run_at(Path::new("rootfs")).unwrap_err();
+        assert!(matches!(err, ParamsError::RelativeRootfs(_)), "{err}");
+        assert!(err.to_string().contains("not an absolute path"), "{err}");
+    }
+
+    #[test]
+    fn a_rootfs_without_the_driver_params_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!run_at(dir.path()).unwrap());
+        let err = run_at(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(err, ParamsError::Root { .. }), "{err}");
+    }
 }

@@ -44,6 +44,8 @@ pub enum CreateError {
     Inject(#[from] InjectError),
     #[error("config.json has no root.path: cannot find the container's rootfs")]
     NoRoot,
+    #[error("cannot make the bundle path absolute: {0}")]
+    Cwd(#[source] std::io::Error),
     #[error("cannot write the driver's symlinks and linker cache into the container's rootfs: {0}")]
     Rootfs(#[from] RootfsError),
     #[error(
@@ -92,7 +94,9 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     if plan.modify_device_files && pipeline::covers_params(config) {
         // runc refuses mounts under /proc: a hook covers the driver's params once the
         // container's /proc is mounted (see `hook::params`).
-        plan.edits.hooks.push(params_hook(&hook_binary()));
+        let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
+        let rootfs = std::path::absolute(dir.join(root)).map_err(CreateError::Cwd)?;
+        plan.edits.hooks.push(params_hook(&hook_binary(), &rootfs));
     }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
@@ -159,15 +163,26 @@ fn plan_within(
     }
 }
 
-/// The `createContainer` hook that gives the container `ModifyDeviceFiles: 0`.
-pub fn params_hook(binary: &Path) -> Hook {
+/// The `createContainer` hook that gives the container `ModifyDeviceFiles: 0`, told
+/// the rootfs (absolute) so that it reads neither its stdin nor `config.json`.
+pub fn params_hook(binary: &Path, rootfs: &Path) -> Hook {
     let name = binary
         .file_name()
         .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned());
     Hook {
         hook_name: "createContainer".into(),
         path: binary.display().to_string(),
-        args: vec![name, pipeline::PARAMS_HOOK.into()],
+        // A rootfs path that is not UTF-8 cannot be a JSON string: the hook then finds
+        // it from the OCI state.
+        args: match rootfs.to_str() {
+            Some(rootfs) => vec![
+                name,
+                pipeline::PARAMS_HOOK.into(),
+                crate::hook::params::ROOTFS_FLAG.into(),
+                rootfs.into(),
+            ],
+            None => vec![name, pipeline::PARAMS_HOOK.into()],
+        },
         env: vec![crate::cdi::HOOK_ENV.into()],
         timeout: None,
     }
