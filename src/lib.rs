@@ -22,7 +22,7 @@
 //! generate                           plans → a CDI spec for this host (nvshim cdi generate)
 //! plugin                             the kubelet device plugin (its own pipeline: config,
 //!                                    resources, health, allocate, preferred, server)
-//! logging, cli                       front-end plumbing
+//! logging, cli, bump                 front-end plumbing (bump: the static binaries' allocator)
 //! ```
 
 pub mod roots;
@@ -55,5 +55,6 @@ pub mod generate;
 pub mod hook;
 pub mod plugin;
 
+pub mod bump;
 pub mod cli;
 pub mod logging;

@@ -9,6 +9,9 @@
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: nvshim::bump::Bump = nvshim::bump::Bump::new();
+
 use nvshim::hook::entry;
 use nvshim::pipeline::NvmlAccess;
 

@@ -4,6 +4,9 @@
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: nvshim::bump::Bump = nvshim::bump::Bump::new();
+
 use nvshim::pipeline::NvmlAccess;
 use nvshim::runtime::entry;
 
