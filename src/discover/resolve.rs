@@ -35,9 +35,11 @@ pub struct Resolved {
 
 pub struct Resolver<'a> {
     root: &'a Path,
-    /// Resolved directories by their lexical path. Keyed by bytes: the paths are
-    /// already normal (from [`lexical`]), and hashing a `Path` walks its components.
-    dirs: HashMap<OsString, PathBuf>,
+    /// Directories by their lexical path: the real path, or `None` when the
+    /// directory does not exist (binaries are looked for in several directories, most
+    /// of them missing in a driver root). Keyed by bytes: the paths are already
+    /// normal (from [`lexical`]), and hashing a `Path` walks its components.
+    dirs: HashMap<OsString, Option<PathBuf>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -101,8 +103,14 @@ impl<'a> Resolver<'a> {
     /// Resolves a directory path, following links in every component.
     fn resolve_dir(&mut self, dir: &Path, depth: usize) -> io::Result<Option<PathBuf>> {
         if let Some(done) = self.dirs.get(dir.as_os_str()) {
-            return Ok(Some(done.clone()));
+            return Ok(done.clone());
         }
+        let found = self.find_dir(dir, depth)?;
+        self.dirs.insert(dir.as_os_str().to_owned(), found.clone());
+        Ok(found)
+    }
+
+    fn find_dir(&mut self, dir: &Path, depth: usize) -> io::Result<Option<PathBuf>> {
         if depth > MAX_LINKS {
             return Err(io::Error::other(format!(
                 "too many levels of symbolic links resolving {}",
@@ -133,7 +141,6 @@ impl<'a> Resolver<'a> {
         } else {
             return Ok(None);
         };
-        self.dirs.insert(dir.as_os_str().to_owned(), real.clone());
         Ok(Some(real))
     }
 }
