@@ -56,8 +56,9 @@ ifeq ($(NEXTEST),yes)
 else
 	$(CARGO) test --workspace --no-fail-fast
 endif
-	# The shim tests again, against the static runtime that packages install.
-	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) test --test runtime_shim --test runtime_runc --test driver_params
+	# The shim and hook tests again, against the static runtime and hook that packages install.
+	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
+	  $(CARGO) test --test runtime_shim --test runtime_runc --test driver_params --test hook_prestart --test hook_engines --test hook_security
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash

@@ -22,7 +22,6 @@ use common::{GPU_SCRIPT, Node, Printed, node};
 use nvshim_testkit::{Dockerd, NodeSpec, path_with_prefix, tar_rootfs};
 use serde_json::{Value, json};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const HOOKS_D: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hooks.d/oci-nvidia-hook.json");
 
 const PROBE_C: &str = r#"
@@ -136,7 +135,11 @@ fn docker_gpus_flag_with_the_stock_runc() {
     // its own environment, which carries the config path.
     let bin = s.dir.path().join("bin");
     fs::create_dir_all(&bin).unwrap();
-    symlink(HOOK, bin.join("nvidia-container-runtime-hook")).unwrap();
+    symlink(
+        common::hook_bin(),
+        bin.join("nvidia-container-runtime-hook"),
+    )
+    .unwrap();
     let path = path_with_prefix(&bin);
     let daemon = Dockerd::start_with_env(
         &s.dir.path().join("docker"),
@@ -213,7 +216,7 @@ fn docker_gpus_flag_with_the_stock_runc() {
 fn hooks_dir(s: &Setup) -> PathBuf {
     let shipped: Value = serde_json::from_slice(&fs::read(HOOKS_D).unwrap()).unwrap();
     let mut hook = shipped.clone();
-    hook["hook"]["path"] = json!(HOOK);
+    hook["hook"]["path"] = json!(common::hook_bin());
     hook["hook"]["env"]
         .as_array_mut()
         .unwrap()

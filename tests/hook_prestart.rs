@@ -23,7 +23,6 @@ use common::{GPU_SCRIPT, Node, Printed, node};
 use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const PROBE_C: &str = r#"
@@ -178,7 +177,7 @@ impl E2e {
         }));
         // As dockerd writes it: the binary found on PATH, the daemon's environment.
         spec["hooks"] = json!({"prestart": [{
-            "path": HOOK,
+            "path": common::hook_bin(),
             "args": ["nvidia-container-runtime-hook", "prestart"],
             "env": [format!("PATH={PATH}"), format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display())],
         }]});
@@ -451,7 +450,7 @@ fn a_pid_in_the_hooks_own_namespace_is_refused() {
     runc_bundle(&bundle, &e.rootfs, &["true"], &["NVIDIA_VISIBLE_DEVICES=1"]).unwrap();
     let state = json!({"ociVersion": "1.0.2", "id": "x", "status": "creating",
                        "pid": std::process::id(), "bundle": bundle});
-    let mut child = Command::new(HOOK)
+    let mut child = Command::new(common::hook_bin())
         .arg("prestart")
         .env_clear()
         .env("NVIDIA_CTK_CONFIG_FILE_PATH", &config)

@@ -25,7 +25,6 @@ use common::{Node, node};
 use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const LIB: &str = "usr/lib/x86_64-linux-gnu";
 
@@ -126,7 +125,7 @@ impl E2e {
         let path = bundle.join("config.json");
         let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
         spec["hooks"] = json!({"prestart": [{
-            "path": HOOK,
+            "path": common::hook_bin(),
             "args": ["nvidia-container-runtime-hook", "prestart"],
             "env": [format!("PATH={PATH}"), format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display())],
         }]});

@@ -114,6 +114,13 @@ impl Printed {
     }
 }
 
+/// The hook binary under test: `$NVSHIM_TEST_HOOK` (`make test` sets it to the static
+/// build packages install) or cargo's build of it.
+pub fn hook_bin() -> String {
+    std::env::var("NVSHIM_TEST_HOOK")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime-hook").to_string())
+}
+
 /// The runtime binary under test: `$NVSHIM_TEST_RUNTIME` (`make test` sets it to the
 /// static build packages install) or cargo's build of it.
 pub fn runtime_bin() -> String {
