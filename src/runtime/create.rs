@@ -91,18 +91,19 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     }
 
     let mut plan = plan;
+    // The container's rootfs on the host, for the params hook and the linker files.
+    let rootfs_dir = loaded.doc.root_path().map(|root| dir.join(root));
     if plan.modify_device_files && pipeline::covers_params(config) {
         // runc refuses mounts under /proc: a hook covers the driver's params once the
         // container's /proc is mounted (see `hook::params`).
-        let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
-        let rootfs = std::path::absolute(dir.join(root)).map_err(CreateError::Cwd)?;
+        let rootfs = rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?;
+        let rootfs = std::path::absolute(rootfs).map_err(CreateError::Cwd)?;
         plan.edits.hooks.push(params_hook(&hook_binary(), &rootfs));
     }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
     if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
-        let root = loaded.doc.root_path().ok_or(CreateError::NoRoot)?;
-        let rootfs = Rootfs::open(&dir.join(root))?;
+        let rootfs = Rootfs::open(rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?)?;
         linker::install(&rootfs, &plan.symlinks, &plan.ldcache)?;
     }
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
