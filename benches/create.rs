@@ -14,27 +14,38 @@
 //! the runtime → `/bin/true` time minus `/bin/true` alone, since with runc in place of
 //! `true` the runtime adds exactly that and runc does the same work either way.
 //!
-//! Before every GPU create the bundle's `config.json` and the rootfs's
-//! `/etc/ld.so.cache` are put back, so each create does the whole job; containers
-//! are deleted after each create, untimed. The three no-op rows run in a different
-//! order each round (see the loop).
+//! Before every GPU create the bundle is put back as a new container's would be, so
+//! each create does the whole job: `config.json` and the rootfs's `/etc/ld.so.cache`
+//! are written again, and whatever the last create added to the rootfs (the driver's
+//! symlinks, runc's mount points) is removed. The two files are written as new files
+//! (remove, then write), as an engine writes a new bundle's `config.json` and as an
+//! image layer supplies the cache. Overwriting them in place would charge the runtime
+//! for the bench's own writes: the runtime replaces both by rename, and on an ext4
+//! mounted with `discard` (this VM's disk) dropping an old file whose blocks are
+//! already allocated waits for a synchronous discard of those blocks, about 0.1 ms per
+//! file here, which a file an engine has just written (or one in a lower image layer)
+//! does not cost. Containers are deleted after each create, untimed. The three no-op
+//! rows run in a different order each round (see the loop).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{median, ms, pct, rounds, runtime};
+use common::{BenchFs, median, ms, pct, rounds, runtime};
 use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
 
 struct Bundle {
     dir: PathBuf,
     spec: Vec<u8>,
     cache: Vec<u8>,
+    /// Every path in the rootfs as built, to remove what a create added.
+    image: BTreeSet<PathBuf>,
 }
 
 impl Bundle {
@@ -43,14 +54,50 @@ impl Bundle {
         Bundle {
             spec: fs::read(dir.join("config.json")).unwrap(),
             cache: fs::read(dir.join("rootfs/etc/ld.so.cache")).unwrap(),
+            image: tree(&dir.join("rootfs")).into_iter().collect(),
             dir,
         }
     }
 
+    /// Puts back `config.json` and the rootfs's `ld.so.cache` as new files, the way
+    /// an engine writes a new bundle and an image supplies the cache (see the module
+    /// docs for why not by overwriting them).
     fn reset(&self) {
-        fs::write(self.dir.join("config.json"), &self.spec).unwrap();
-        fs::write(self.dir.join("rootfs/etc/ld.so.cache"), &self.cache).unwrap();
+        // The driver's symlinks the last create made (deepest first, for directories).
+        for path in tree(&self.dir.join("rootfs")).iter().rev() {
+            if !self.image.contains(path) {
+                if fs::symlink_metadata(path).unwrap().is_dir() {
+                    fs::remove_dir(path).unwrap();
+                } else {
+                    fs::remove_file(path).unwrap();
+                }
+            }
+        }
+        for (path, bytes) in [
+            (self.dir.join("config.json"), &self.spec),
+            (self.dir.join("rootfs/etc/ld.so.cache"), &self.cache),
+        ] {
+            fs::remove_file(&path).unwrap();
+            fs::write(&path, bytes).unwrap();
+        }
     }
+}
+
+/// Every path under `dir`, parents before children.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        out.push(path.clone());
+        if fs::symlink_metadata(&path).unwrap().is_dir() {
+            out.extend(tree(&path));
+        }
+    }
+    out
 }
 
 fn config(dir: &Path, node: &SimNode, runtime: &str, name: &str) -> PathBuf {
@@ -76,8 +123,8 @@ fn main() {
         eprintln!("bench create: run as root (mknod, runc)");
         std::process::exit(1);
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let bench_fs = BenchFs::new();
+    let dir = bench_fs.data.as_path();
     let artifacts = Artifacts::locate().unwrap();
     let node = SimNode::build(&NodeSpec::standard(8), &dir.join("node"), &artifacts).unwrap();
     let rootfs = dir.join("rootfs");
@@ -96,7 +143,7 @@ fn main() {
     let plain = Bundle::new(dir.join("plain"), &rootfs, &[]);
     let with_runc = config(dir, &node, "runc", "runc.toml");
     let with_true = config(dir, &node, "/bin/true", "true.toml");
-    let root = dir.join("runc-root");
+    let root = bench_fs.run.join("runc-root");
 
     let create = |program: &str, config: &Path, bundle: &Bundle, id: &str| {
         let mut cmd = Command::new(program);
@@ -189,7 +236,8 @@ fn main() {
 
     let medians: Vec<Duration> = samples.iter().map(|s| median(s)).collect();
     println!("create, {n} interleaved rounds, simulated 8-GPU node (compute,utility)");
-    println!("runtime: {runtime}\n");
+    println!("runtime: {runtime}");
+    println!("{}\n", bench_fs.describe);
     println!(
         "| {:<46} | {:>9} | {:>9} | {:>9} |",
         "what", "median", "p10", "p90"
