@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{median, ms, pct, rounds, runtime};
+use common::{BenchFs, median, ms, pct, rounds, runtime};
 use nvshim_testkit::{Artifacts, GlibcRootfs, NodeSpec, SimNode, runc_bundle};
 use serde_json::{Value, json};
 
@@ -69,7 +69,10 @@ impl Bundle {
             .status()
             .unwrap();
         assert!(status.success(), "cp -a rootfs");
-        fs::write(self.dir.join("config.json"), &self.spec).unwrap();
+        // A new file, as an engine writes a new bundle's (see benches/create.rs).
+        let config = self.dir.join("config.json");
+        fs::remove_file(&config).unwrap();
+        fs::write(&config, &self.spec).unwrap();
     }
 }
 
@@ -98,8 +101,8 @@ fn main() {
         eprintln!("bench hook: run as root (mknod, runc, mounts)");
         std::process::exit(1);
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let bench_fs = BenchFs::new();
+    let dir = bench_fs.data.as_path();
     let artifacts = Artifacts::locate().unwrap();
     let node = SimNode::build(&NodeSpec::standard(8), &dir.join("node"), &artifacts).unwrap();
     let rootfs = dir.join("rootfs");
@@ -137,7 +140,7 @@ fn main() {
     let bare = Bundle::new(dir.join("bare"), &rootfs, &env, None);
     let hooked = Bundle::new(dir.join("hooked"), &rootfs, &env, Some(&hook_config));
     let shimmed = Bundle::new(dir.join("shimmed"), &rootfs, &env, None);
-    let root = dir.join("runc-root");
+    let root = bench_fs.run.join("runc-root");
 
     let create = |program: &str, config: &Path, bundle: &Bundle, id: &str| {
         bundle.reset();
@@ -208,7 +211,7 @@ fn main() {
     println!(
         "prestart hook vs runtime path, {n} interleaved rounds, simulated 8-GPU node (all caps)"
     );
-    println!("hook: {HOOK}\nruntime: {runtime}\n");
+    println!("hook: {HOOK}\nruntime: {runtime}\n{}\n", bench_fs.describe);
     println!(
         "| {:<50} | {:>9} | {:>9} | {:>9} |",
         "what", "median", "p10", "p90"
