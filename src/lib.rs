@@ -6,7 +6,8 @@
 //! order; a module uses only modules above it.
 //!
 //! ```text
-//! roots, ldcache, nvml, cdi          leaves: paths, the ld.so.cache format, NVML, CDI wire types
+//! roots, files, ldcache, nvml, cdi   leaves: paths, small-file reads, the ld.so.cache format,
+//!                                    NVML, CDI wire types
 //! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
 //! request                            ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
 //! config                             /etc/nvidia-container-runtime/config.toml, NVIDIA's keys
@@ -25,6 +26,7 @@
 //! logging, cli, bump                 front-end plumbing (bump: the static binaries' allocator)
 //! ```
 
+pub mod files;
 pub mod roots;
 
 pub mod bundle;

@@ -275,7 +275,8 @@ pub fn plan_on(
 /// Whether the host's `proc/driver/nvidia/params` says `ModifyDeviceFiles: 1`.
 fn modifies_device_files(roots: &Roots) -> bool {
     let path = roots.proc.join(discover::params::PARAMS);
-    fs::read_to_string(path).is_ok_and(|text| discover::params::modifies_device_files(&text))
+    crate::files::read_to_string(&path)
+        .is_ok_and(|text| discover::params::modifies_device_files(&text))
 }
 
 /// What `NVIDIA_REQUIRE_*` is checked against: the driver, and each selected GPU (a

@@ -282,7 +282,7 @@ pub fn locate(env: impl Fn(&str) -> Option<String>) -> PathBuf {
 pub fn load(env: impl Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
     let named = env(ENV_CONFIG_FILE_PATH).is_some_and(|v| !v.is_empty());
     let path = locate(&env);
-    match std::fs::read_to_string(&path) {
+    match crate::files::read_to_string(&path) {
         Ok(text) => {
             let (config, unknown_keys) = parse(&text, &path)?;
             Ok(Loaded {

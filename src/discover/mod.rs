@@ -257,7 +257,7 @@ fn mig_caps(
     out: &mut HostResources,
 ) -> Result<(), DiscoverError> {
     let path = roots.proc.join(MIG_MINORS.trim_start_matches('/'));
-    let text = fs::read_to_string(&path).map_err(io_err(&path))?;
+    let text = crate::files::read_to_string(&path).map_err(io_err(&path))?;
     let table = parse_mig_minors(&text);
     let mut caps = Vec::new();
     for mig in &selection.mig_devices {
@@ -312,7 +312,7 @@ fn libraries(
     out: &mut HostResources,
 ) -> Result<(), DiscoverError> {
     let cache_path = roots.driver.join("etc/ld.so.cache");
-    let cache = match fs::read(&cache_path) {
+    let cache = match crate::files::read(&cache_path) {
         Ok(bytes) => {
             let cache = ldcache::parse(&bytes).map_err(|source| DiscoverError::LdCache {
                 path: cache_path.clone(),

@@ -54,7 +54,7 @@ pub fn load(roots: &Roots) -> Result<Inventory, InventoryError> {
 }
 
 fn read(path: &Path) -> Result<String, InventoryError> {
-    fs::read_to_string(path).map_err(|source| InventoryError::Read {
+    crate::files::read_to_string(path).map_err(|source| InventoryError::Read {
         path: path.to_path_buf(),
         source,
     })
