@@ -70,8 +70,13 @@ impl Bundle {
                 found: file_kind(&meta.file_type()),
             });
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(read_error)?;
+        // Sized from the fstat above; through `take`, std's `File` reading does not ask
+        // the kernel for the size (fstat, lseek) once more.
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0) + 1);
+        (&mut file)
+            .take(u64::MAX)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
         let doc = SpecDoc::parse_named(&bytes, &path.display().to_string())?;
         Ok(Loaded {
             doc,
