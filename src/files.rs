@@ -1,9 +1,10 @@
-//! Reading whole small files (procfs entries, config.toml, `ld.so.cache`) in as few
-//! system calls as a reader can: `openat`, the reads, `close`.
+//! Reading whole small files (procfs entries, config.toml, `ld.so.cache`,
+//! `config.json`) in as few system calls as a reader can: `openat`, the reads, `close`.
 //!
-//! `std::fs::read` also asks for the file's size (`statx`, or `fstat` on musl) to size
-//! its buffer, and musl's `open` follows an `O_CLOEXEC` open with an `fcntl` for kernels
-//! that ignored the flag; `openat` does not. Two calls in six, for each of the dozen
+//! std's `File::read_to_end` first asks for the file's size and position (`fstat` and
+//! `lseek`) to size its buffer, and musl's `open` follows an `O_CLOEXEC` open with an
+//! `fcntl` for kernels that ignored the flag; `openat` does not, and reading through
+//! `Read::take` takes the plain read loop. Three calls in six, for each of the dozen
 //! files an 8-GPU create reads, on a path where a system call costs 2–3 µs on a VM.
 
 use std::fs::File;
@@ -16,17 +17,28 @@ use nix::sys::stat::Mode;
 /// The first read's buffer: every file these callers read fits, most in one read.
 const FIRST_READ: usize = 4096;
 
-/// The whole file at `path`.
-pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+/// Opens `path` read-only and close-on-exec, with `flags` added (`O_NONBLOCK`, say).
+pub fn open(path: &Path, flags: OFlag) -> io::Result<File> {
     let fd = openat(
         AT_FDCWD,
         path,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC | flags,
         Mode::empty(),
     )?;
-    let mut bytes = Vec::with_capacity(FIRST_READ);
-    File::from(fd).read_to_end(&mut bytes)?;
+    Ok(File::from(fd))
+}
+
+/// The rest of `file`, read into a buffer of `capacity` bytes first (more if needed).
+pub fn read_all(file: &mut File, capacity: usize) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(capacity);
+    // Through `take`: the generic read loop, without std's size query for `File`.
+    file.take(u64::MAX).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// The whole file at `path`.
+pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+    read_all(&mut open(path, OFlag::empty())?, FIRST_READ)
 }
 
 /// The whole file at `path`, which must be UTF-8 (`InvalidData` otherwise, as

@@ -2,12 +2,13 @@
 //! [`Bundle`]: loading `config.json` and replacing it atomically.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
@@ -58,11 +59,7 @@ impl Bundle {
         // O_NONBLOCK: opening a FIFO to read waits for a writer, forever if none comes; it
         // is refused below instead, like a device (`/dev/zero` would never end). No effect
         // on reading a regular file.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(read_error)?;
+        let mut file = crate::files::open(&path, OFlag::O_NONBLOCK).map_err(read_error)?;
         let meta = file.metadata().map_err(read_error)?;
         if !meta.is_file() {
             return Err(BundleError::NotRegular {
@@ -70,13 +67,9 @@ impl Bundle {
                 found: file_kind(&meta.file_type()),
             });
         }
-        // Sized from the fstat above; through `take`, std's `File` reading does not ask
-        // the kernel for the size (fstat, lseek) once more.
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0) + 1);
-        (&mut file)
-            .take(u64::MAX)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
+        // Sized from the fstat above (one byte more, for the read that sees the end).
+        let capacity = usize::try_from(meta.len()).unwrap_or(0).saturating_add(1);
+        let bytes = crate::files::read_all(&mut file, capacity).map_err(read_error)?;
         let doc = SpecDoc::parse_named(&bytes, &path.display().to_string())?;
         Ok(Loaded {
             doc,
