@@ -8,6 +8,7 @@
 //! config      flags > env > YAML file > defaults → Settings (immutable)
 //! resources   Inventory × Settings → Vec<Resource> (device ids, replicas, MIG, NUMA)
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
+//! http2       the :authority fix in front of h2 (any client's socket-path authority works)
 //! allocate    ids → what the container gets, by device-list strategy
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
@@ -24,6 +25,7 @@ pub mod allocate;
 pub mod api;
 pub mod config;
 pub mod health;
+pub mod http2;
 pub mod metrics;
 pub mod node;
 pub mod preferred;

@@ -18,6 +18,7 @@
 //! about what a container gets (that is `allocate`) or which devices to prefer
 //! (`preferred`).
 
+mod authority;
 mod probes;
 mod register;
 mod round;
@@ -43,6 +44,7 @@ use super::topology::Topology;
 use round::{Prepared, Round, RoundEvent, Verdict};
 use watch::DirWatch;
 
+pub use authority::AuthorityFixed;
 pub use service::{DevicePluginService, DeviceStream};
 
 /// What the plugin serves: the settings, the resources built from them, and the

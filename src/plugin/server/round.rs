@@ -10,9 +10,11 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
+use super::authority::AuthorityFixed;
 use super::register::register_all;
 use super::service::{DevicePluginService, Shared};
 use super::watch::{FileId, Touched};
@@ -180,10 +182,13 @@ impl Round {
         let service = DevicePluginService::stopping_with(shared.clone(), self.stop.subscribe());
         let mut until = self.stop.subscribe();
         let name = shared.resource().name.clone();
+        // Every connection is read through the :authority fix (`plugin::http2`), so
+        // clients that send the socket path (kubelet < 1.26, grpcio, grpc-java) work.
+        let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFixed::new));
         self.servers.spawn(async move {
             let served = Server::builder()
                 .add_service(DevicePluginServer::new(service))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                .serve_with_incoming_shutdown(incoming, async move {
                     // A dropped sender also means stop.
                     let _ = until.wait_for(|stop| *stop).await;
                 })
