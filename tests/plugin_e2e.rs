@@ -956,13 +956,22 @@ async fn bad_allocate_requests_are_refused_and_the_plugin_serves_on() {
             _ => format!("GPU-more-{i}"),
         })
         .collect();
-    let cases: [(&str, Vec<String>, &str); 6] = [
+    let nine: Vec<String> = (0..9).map(|i| format!("GPU-{i}")).collect();
+    // 10,000 ids are over the message limit (64 KiB for 8 GPUs): refused from the
+    // gRPC prefix, before they are read.
+    let limit = "larger than the 65536-byte limit";
+    let cases: [(&str, Vec<String>, &str); 7] = [
         ("empty", vec![], "no device ids"),
         ("unknown", vec![uuid(0), "GPU-nope".into()], "GPU-nope"),
         ("duplicate", vec![uuid(1), uuid(2), uuid(1)], &uuid(1)),
-        ("10,000 unknown", unknown, "GPU-bogus-0"),
-        ("10,000 duplicates", repeated, &uuid(0)),
-        ("8 known, 9,992 unknown", known_then_unknown, "GPU-more-8"),
+        (
+            "9 ids for 8 GPUs",
+            nine,
+            "9 device ids for nvidia.com/gpu, more than the 8",
+        ),
+        ("10,000 unknown", unknown, limit),
+        ("10,000 duplicates", repeated, limit),
+        ("8 known, 9,992 unknown", known_then_unknown, limit),
     ];
     for (case, ids, names) in &cases {
         let refused = client

@@ -1,8 +1,11 @@
 //! A fake kubelet for device-plugin tests: it serves `v1beta1.Registration` on
 //! `<dir>/kubelet.sock`, records every `RegisterRequest` with the time it came, and
 //! dials a plugin's endpoint in the same directory the way kubelet does (HTTP/2
-//! authority `localhost`). Restarting it deletes and re-creates `kubelet.sock`, which
-//! is what a real kubelet restart looks like to a plugin.
+//! authority `localhost`). Like kubelet, it opens a `ListAndWatch` stream on each
+//! plugin that registers and keeps it open until it stops (`without_streams` turns
+//! that off, for a kubelet that registers plugins but never uses them). Restarting it
+//! deletes and re-creates `kubelet.sock`, which is what a real kubelet restart looks
+//! like to a plugin.
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
@@ -33,6 +36,9 @@ struct Log {
     count: watch::Sender<usize>,
     /// How many coming `Register` calls to refuse.
     refuse: Mutex<usize>,
+    /// Where plugin endpoints are, and whether to stream `ListAndWatch` from them.
+    dir: PathBuf,
+    streams: Mutex<Option<Vec<JoinHandle<()>>>>,
 }
 
 #[derive(Clone)]
@@ -64,6 +70,25 @@ impl Registration for Service {
                 request.endpoint
             )));
         }
+        if let Some(streams) = self.0.streams.lock().unwrap().as_mut() {
+            // Kubelet dials back right after accepting the registration.
+            let socket = self.0.dir.join(&request.endpoint);
+            streams.push(tokio::spawn(async move {
+                let Ok(endpoint) = Endpoint::from_shared(format!("unix:{}", socket.display()))
+                else {
+                    return;
+                };
+                let origin = endpoint.origin(Uri::from_static("http://localhost"));
+                let Ok(channel) = origin.connect().await else {
+                    return;
+                };
+                let mut client = DevicePluginClient::new(channel);
+                if let Ok(stream) = client.list_and_watch(Empty {}).await {
+                    let mut stream = stream.into_inner();
+                    while let Ok(Some(_)) = stream.message().await {}
+                }
+            }));
+        }
         self.0.registered.lock().unwrap().push(Registered {
             request,
             at: Instant::now(),
@@ -86,6 +111,16 @@ impl FakeKubelet {
 
     /// Starts serving on `<dir>/kubelet.sock`; `dir` must exist. Call inside a runtime.
     pub fn start(dir: &Path) -> Self {
+        Self::start_with(dir, true)
+    }
+
+    /// Like [`FakeKubelet::start`], but opens no `ListAndWatch` stream on the plugins
+    /// that register.
+    pub fn without_streams(dir: &Path) -> Self {
+        Self::start_with(dir, false)
+    }
+
+    fn start_with(dir: &Path, streams: bool) -> Self {
         let (count, _) = watch::channel(0);
         let mut kubelet = Self {
             dir: dir.to_path_buf(),
@@ -93,11 +128,22 @@ impl FakeKubelet {
                 registered: Mutex::new(Vec::new()),
                 count,
                 refuse: Mutex::new(0),
+                dir: dir.to_path_buf(),
+                streams: Mutex::new(streams.then(Vec::new)),
             }),
             server: None,
         };
         kubelet.listen();
         kubelet
+    }
+
+    /// Ends the `ListAndWatch` streams opened so far, as a kubelet going away does.
+    pub fn drop_streams(&self) {
+        if let Some(streams) = self.log.streams.lock().unwrap().as_mut() {
+            for stream in streams.drain(..) {
+                stream.abort();
+            }
+        }
     }
 
     fn listen(&mut self) {
@@ -129,6 +175,7 @@ impl FakeKubelet {
 
     /// Stops serving and deletes `kubelet.sock`, like a kubelet that went down.
     pub async fn stop(&mut self) {
+        self.drop_streams();
         if let Some((stop, task)) = self.server.take() {
             let _ = stop.send(());
             if tokio::time::timeout(Duration::from_secs(2), task)
@@ -178,6 +225,12 @@ impl FakeKubelet {
     /// A `DevicePlugin` client on `<dir>/<endpoint>`, as kubelet dials it back.
     pub async fn dial(&self, endpoint: &str) -> DevicePluginClient<Channel> {
         dial_plugin(&self.dir.join(endpoint)).await
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        self.drop_streams();
     }
 }
 

@@ -19,6 +19,7 @@
 //! (`preferred`).
 
 mod authority;
+mod limits;
 mod probes;
 mod register;
 mod round;
@@ -45,6 +46,7 @@ use round::{Prepared, Round, RoundEvent, Verdict};
 use watch::DirWatch;
 
 pub use authority::AuthorityFixed;
+pub use limits::{Bounded, Limits};
 pub use service::{DevicePluginService, DeviceStream};
 
 /// What the plugin serves: the settings, the resources built from them, and the
@@ -88,8 +90,9 @@ impl Control {
         self.commands.send(Command::Stop).is_ok()
     }
 
-    /// Whether every resource is served and registered with the kubelet that is
-    /// running now (or just served, without a kubelet socket).
+    /// Whether every resource is served, registered with the kubelet that is running
+    /// now, and streamed by it (`ListAndWatch` open); without a kubelet socket, whether
+    /// every resource is served.
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
     }
@@ -295,11 +298,21 @@ where
     let mut recheck = tokio::time::interval(RECHECK);
     let mut inbox_open = true;
 
+    let mut why_not: Option<String> = None;
     loop {
+        let not_ready = match round.as_ref() {
+            Some(round) => round.not_ready(&prepared),
+            None => Some("not serving".to_string()),
+        };
+        if not_ready != why_not {
+            match &not_ready {
+                None => tracing::info!("ready: every resource is served and streamed by kubelet"),
+                Some(why) => tracing::info!(reason = %why, "not ready"),
+            }
+            why_not.clone_from(&not_ready);
+        }
         ready.send_if_modified(|r| {
-            let now = round
-                .as_ref()
-                .is_some_and(|round| round.is_ready(&prepared));
+            let now = not_ready.is_none();
             std::mem::replace(r, now) != now
         });
         let restart: Option<String> = tokio::select! {
@@ -355,6 +368,9 @@ where
             },
             _ = recheck.tick() => {
                 dirs.rewatch();
+                if let Some(round) = round.as_mut() {
+                    round.warn_if_silent(&prepared);
+                }
                 round.as_mut().and_then(|r| match r.check(&prepared, None) {
                     Verdict::Steady => None,
                     Verdict::Restart(why) => Some(why),
@@ -369,6 +385,7 @@ where
                 }
                 RoundEvent::ServerEnded(why) => Some(why),
             },
+            () = prepared.streams_changed() => None,
             () = sleep_until(retry_at) => {
                 retry_at = None;
                 Some("retrying".to_string())

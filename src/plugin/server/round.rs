@@ -10,11 +10,13 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 use super::authority::AuthorityFixed;
+use super::limits::Bounded;
 use super::register::register_all;
 use super::service::{DevicePluginService, Shared};
 use super::watch::{FileId, Touched};
@@ -27,16 +29,22 @@ use crate::plugin::metrics::Metrics;
 /// How long stopping waits for open streams and connections to close before it
 /// gives up on them.
 const DRAIN: Duration = Duration::from_secs(1);
+/// How long after registering a kubelet that opens no `ListAndWatch` is worth a
+/// warning (kubelet dials back within milliseconds).
+const SILENT: Duration = Duration::from_secs(10);
 
 /// A [`Node`] with what every round and every call needs built once.
 pub(super) struct Prepared {
     node: Node,
     services: Vec<Arc<Shared>>,
     metrics: Metrics,
+    /// Told when any resource's `ListAndWatch` stream opens or closes.
+    streams_changed: Arc<Notify>,
 }
 
 impl Prepared {
     pub(super) fn new(mut node: Node, metrics: Metrics) -> Self {
+        let streams_changed = Arc::new(Notify::new());
         let mut services: Vec<Arc<Shared>> = Vec::with_capacity(node.resources.len());
         // Each resource moves into its service; `node` keeps the shared parts.
         for resource in std::mem::take(&mut node.resources) {
@@ -65,7 +73,8 @@ impl Prepared {
                     node.health.clone(),
                     node.topology.clone(),
                 )
-                .with_metrics(metrics.clone()),
+                .with_metrics(metrics.clone())
+                .with_stream_notify(streams_changed.clone()),
             ));
         }
         if services.is_empty() {
@@ -75,7 +84,13 @@ impl Prepared {
             node,
             services,
             metrics,
+            streams_changed,
         }
+    }
+
+    /// Resolves when a `ListAndWatch` stream opens or closes.
+    pub(super) async fn streams_changed(&self) {
+        self.streams_changed.notified().await;
     }
 
     pub(super) fn settings(&self) -> &Settings {
@@ -123,6 +138,8 @@ pub(super) struct Round {
     /// Wakes a registration waiting out its backoff.
     kick: Arc<Notify>,
     registered: Registered,
+    /// Whether [`Round::warn_if_silent`] has warned.
+    warned_silent: bool,
 }
 
 /// Where registration stands.
@@ -131,8 +148,8 @@ enum Registered {
     /// No kubelet socket configured, or nothing to register.
     NotNeeded,
     Pending,
-    /// Registered, with the identity `kubelet.sock` had just before.
-    With(Option<FileId>),
+    /// Registered, with the identity `kubelet.sock` had just before, at this time.
+    With(Option<FileId>, Instant),
 }
 
 impl Round {
@@ -147,6 +164,7 @@ impl Round {
             registration: None,
             kick: Arc::new(Notify::new()),
             registered: Registered::NotNeeded,
+            warned_silent: false,
         };
         for shared in &prepared.services {
             if let Err(error) = round.serve_one(prepared, shared) {
@@ -182,12 +200,13 @@ impl Round {
         let service = DevicePluginService::stopping_with(shared.clone(), self.stop.subscribe());
         let mut until = self.stop.subscribe();
         let name = shared.resource().name.clone();
+        let limit = shared.limits().message;
         // Every connection is read through the :authority fix (`plugin::http2`), so
         // clients that send the socket path (kubelet < 1.26, grpcio, grpc-java) work.
         let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFixed::new));
         self.servers.spawn(async move {
             let served = Server::builder()
-                .add_service(DevicePluginServer::new(service))
+                .add_service(Bounded::new(DevicePluginServer::new(service), limit))
                 .serve_with_incoming_shutdown(incoming, async move {
                     // A dropped sender also means stop.
                     let _ = until.wait_for(|stop| *stop).await;
@@ -246,7 +265,7 @@ impl Round {
     /// Records the end of the registration task.
     pub(super) fn registration_finished(&mut self, result: Result<Option<FileId>, JoinError>) {
         match result {
-            Ok(kubelet) => self.registered = Registered::With(kubelet),
+            Ok(kubelet) => self.registered = Registered::With(kubelet, Instant::now()),
             Err(error) => tracing::error!(%error, "registration task failed"),
         }
     }
@@ -264,7 +283,7 @@ impl Round {
         let now = FileId::of(kubelet);
         match self.registered {
             Registered::NotNeeded => Verdict::Steady,
-            Registered::With(with) => {
+            Registered::With(with, _) => {
                 let created = touched
                     .zip(kubelet.file_name())
                     .is_some_and(|(t, name)| t.has_created(name));
@@ -288,21 +307,64 @@ impl Round {
         }
     }
 
-    /// Every socket is ours and, with a kubelet socket, registered with the kubelet
-    /// that is there now.
-    pub(super) fn is_ready(&self, prepared: &Prepared) -> bool {
-        let served = self
+    /// Why the round is not ready, or `None` when it is: every socket is ours and,
+    /// with a kubelet socket, registered with the kubelet that is there now, which
+    /// streams `ListAndWatch` from every resource.
+    pub(super) fn not_ready(&self, prepared: &Prepared) -> Option<String> {
+        if let Some((path, _)) = self
             .sockets
             .iter()
-            .all(|(path, id)| FileId::of(path) == Some(*id));
-        let registered = match (prepared.kubelet(), self.registered) {
-            (_, Registered::NotNeeded) | (None, _) => true,
-            (Some(kubelet), Registered::With(with)) => {
-                with.is_some() && FileId::of(kubelet) == with
+            .find(|(path, id)| FileId::of(path) != Some(*id))
+        {
+            return Some(format!("our socket {} is gone", path.display()));
+        }
+        let kubelet = prepared.kubelet()?;
+        match self.registered {
+            Registered::NotNeeded => None,
+            Registered::Pending => Some("not registered with kubelet yet".to_string()),
+            Registered::With(with, _) => {
+                if with.is_none() || FileId::of(kubelet) != with {
+                    return Some(format!(
+                        "the kubelet registered with is gone ({} changed)",
+                        kubelet.display()
+                    ));
+                }
+                // Registered is not enough: a kubelet that then fails every stream
+                // shows 0 GPUs for the node.
+                let silent: Vec<&str> = prepared
+                    .services
+                    .iter()
+                    .filter(|s| s.streams() == 0)
+                    .map(|s| s.resource().name.as_str())
+                    .collect();
+                (!silent.is_empty()).then(|| {
+                    format!(
+                        "registered, but kubelet has no ListAndWatch stream open for {}",
+                        silent.join(", ")
+                    )
+                })
             }
-            (Some(_), Registered::Pending) => false,
+        }
+    }
+
+    /// Once per round: a warning when kubelet accepted the registration [`SILENT`]
+    /// ago or more but still streams nothing (the node then shows 0 devices).
+    pub(super) fn warn_if_silent(&mut self, prepared: &Prepared) {
+        let Registered::With(_, at) = self.registered else {
+            return;
         };
-        served && registered
+        if self.warned_silent || at.elapsed() < SILENT {
+            return;
+        }
+        if let Some(why) = self.not_ready(prepared) {
+            self.warned_silent = true;
+            tracing::warn!(
+                reason = %why,
+                seconds = at.elapsed().as_secs(),
+                "kubelet accepted our registration but does not use us: the node advertises none \
+                 of these devices (see kubelet's log for the device plugin)"
+            );
+        }
     }
 
     /// Stops serving: ends open `ListAndWatch` streams, waits briefly for connections

@@ -6,14 +6,16 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
+use super::limits::Limits;
 use super::round::options;
 use crate::plugin::allocate::{self, AllocateError, ContainerAllocation};
 use crate::plugin::api::{
@@ -36,9 +38,14 @@ pub(super) struct Shared {
     settings: Arc<Settings>,
     resource: Resource,
     index: ResourceIndex,
+    limits: Limits,
     health: Arc<HealthBoard>,
     topology: Arc<Topology>,
     metrics: Metrics,
+    /// Open `ListAndWatch` streams: kubelet keeps one open while it uses us.
+    streams: AtomicUsize,
+    /// Told whenever a stream opens or closes (the serving loop's readiness).
+    streams_changed: Arc<Notify>,
 }
 
 impl Shared {
@@ -49,14 +56,29 @@ impl Shared {
         topology: Arc<Topology>,
     ) -> Self {
         let index = ResourceIndex::new(&resource);
+        let limits = Limits::for_resource(&resource);
         Self {
             settings,
             resource,
             index,
+            limits,
             health,
             topology,
             metrics: Metrics::disabled(),
+            streams: AtomicUsize::new(0),
+            streams_changed: Arc::new(Notify::new()),
         }
+    }
+
+    /// Tells `notify` when a `ListAndWatch` stream opens or closes.
+    pub(super) fn with_stream_notify(mut self, notify: Arc<Notify>) -> Self {
+        self.streams_changed = notify;
+        self
+    }
+
+    /// How many `ListAndWatch` streams are open now.
+    pub(super) fn streams(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
     }
 
     /// Counts this resource's `Allocate` calls into `metrics`.
@@ -67,6 +89,19 @@ impl Shared {
 
     pub(super) fn resource(&self) -> &Resource {
         &self.resource
+    }
+
+    pub(super) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Refuses id lists no device of this resource could make up.
+    fn check_ids(&self, call: &str, ids: &[String]) -> Result<(), Status> {
+        self.limits
+            .check_ids(call, &self.resource.name, ids)
+            .inspect_err(|status| {
+                tracing::warn!(call, error = %status.message(), "request refused");
+            })
     }
 
     /// The full device list with each device's health now.
@@ -151,6 +186,9 @@ impl DevicePlugin for DevicePluginService {
         if self.stop.as_ref().is_some_and(|stop| *stop.borrow()) {
             return Err(stopping());
         }
+        self.shared.streams.fetch_add(1, Ordering::Relaxed);
+        self.shared.streams_changed.notify_one();
+        tracing::debug!(resource = %self.shared.resource.name, "ListAndWatch opened");
         Ok(Response::new(DeviceStream {
             shared: self.shared.clone(),
             changes: Some(WatchStream::new(self.shared.health.subscribe())),
@@ -168,6 +206,11 @@ impl DevicePlugin for DevicePluginService {
             .container_requests
             .iter()
             .map(|container| {
+                shared.check_ids("GetPreferredAllocation", &container.available_device_i_ds)?;
+                shared.check_ids(
+                    "GetPreferredAllocation",
+                    &container.must_include_device_i_ds,
+                )?;
                 let size = usize::try_from(container.allocation_size).map_err(|_| {
                     Status::invalid_argument(format!(
                         "invalid preferred allocation request for {}: allocation size {}",
@@ -203,6 +246,7 @@ impl DevicePlugin for DevicePluginService {
             .container_requests
             .iter()
             .map(|container| {
+                shared.check_ids("Allocate", &container.devices_ids)?;
                 allocate::allocate(
                     &shared.resource,
                     &shared.index,
@@ -227,8 +271,10 @@ impl DevicePlugin for DevicePluginService {
 
     async fn pre_start_container(
         &self,
-        _: Request<PreStartContainerRequest>,
+        request: Request<PreStartContainerRequest>,
     ) -> Result<Response<PreStartContainerResponse>, Status> {
+        self.shared
+            .check_ids("PreStartContainer", &request.get_ref().devices_ids)?;
         Ok(Response::new(PreStartContainerResponse {}))
     }
 }
@@ -286,6 +332,15 @@ pub struct DeviceStream {
     /// `None` once the stream has ended.
     changes: Option<WatchStream<u64>>,
     stop: Option<WatchStream<bool>>,
+}
+
+impl Drop for DeviceStream {
+    fn drop(&mut self) {
+        // Kubelet closed the stream (or went away): it no longer sees our devices.
+        self.shared.streams.fetch_sub(1, Ordering::Relaxed);
+        self.shared.streams_changed.notify_one();
+        tracing::debug!(resource = %self.shared.resource.name, "ListAndWatch closed");
+    }
 }
 
 impl Stream for DeviceStream {
