@@ -77,6 +77,19 @@ impl Containerd {
         config: &Path,
         env: &[(&str, &str)],
     ) -> Result<Containerd, TestkitError> {
+        Containerd::start_with_config_via(dir, config, env, &[])
+    }
+
+    /// [`Containerd::start_with_config`], with containerd started through `wrapper` (a program
+    /// and its arguments, e.g. `nsenter -t <pid> -m --`): how a test puts containerd in the
+    /// same private mount namespace as a kubelet, which hands it paths only that namespace
+    /// shows. Every path given to containerd must be absolute: `nsenter -m` starts it in `/`.
+    pub fn start_with_config_via(
+        dir: &Path,
+        config: &Path,
+        env: &[(&str, &str)],
+        wrapper: &[OsString],
+    ) -> Result<Containerd, TestkitError> {
         let dir = canonical_dir(dir)?;
         let address = dir.join("containerd.sock");
         let overrides = [
@@ -84,7 +97,7 @@ impl Containerd {
             ("--state", dir.join("state")),
             ("--address", address),
         ];
-        Containerd::launch(dir, config, &overrides, env)
+        Containerd::launch_via(dir, config, &overrides, env, wrapper)
     }
 
     fn launch(
@@ -93,13 +106,30 @@ impl Containerd {
         flags: &[(&str, PathBuf)],
         env: &[(&str, &str)],
     ) -> Result<Containerd, TestkitError> {
+        Containerd::launch_via(dir, config, flags, env, &[])
+    }
+
+    fn launch_via(
+        dir: PathBuf,
+        config: &Path,
+        flags: &[(&str, PathBuf)],
+        env: &[(&str, &str)],
+        wrapper: &[OsString],
+    ) -> Result<Containerd, TestkitError> {
         let containerd = which("containerd")?;
         let ctr = which("ctr")?;
         which("containerd-shim-runc-v2")?;
         let address = dir.join("containerd.sock");
         check_socket_path(&address, ".ttrpc".len())?;
         let log = dir.join("containerd.log");
-        let mut cmd = Command::new(containerd);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(containerd);
+                cmd
+            }
+            None => Command::new(containerd),
+        };
         cmd.arg("--config").arg(config);
         for (flag, value) in flags {
             cmd.arg(flag).arg(value);
