@@ -211,6 +211,16 @@ impl DevicePlugin for DevicePluginService {
                     "GetPreferredAllocation",
                     &container.must_include_device_i_ds,
                 )?;
+                // One event per RPC, after the bounds checks (so a log line stays small):
+                // the real-kubelet test reads Register -> ListAndWatch ->
+                // GetPreferredAllocation -> Allocate from these.
+                tracing::debug!(
+                    resource = %shared.resource.name,
+                    available = ?container.available_device_i_ds,
+                    must_include = ?container.must_include_device_i_ds,
+                    size = container.allocation_size,
+                    "GetPreferredAllocation"
+                );
                 let size = usize::try_from(container.allocation_size).map_err(|_| {
                     Status::invalid_argument(format!(
                         "invalid preferred allocation request for {}: allocation size {}",
@@ -247,6 +257,11 @@ impl DevicePlugin for DevicePluginService {
             .iter()
             .map(|container| {
                 shared.check_ids("Allocate", &container.devices_ids)?;
+                tracing::debug!(
+                    resource = %shared.resource.name,
+                    ids = ?container.devices_ids,
+                    "Allocate"
+                );
                 allocate::allocate(
                     &shared.resource,
                     &shared.index,
