@@ -116,6 +116,13 @@ async fn register_from(
     let channel = dial(kubelet).await.map_err(|e| (0, e))?;
     let mut client = RegistrationClient::new(channel);
     for (n, request) in requests.iter().enumerate() {
+        // Before the call: kubelet opens ListAndWatch while it handles Register, so the
+        // "registered" event below can come after the first ListAndWatch.
+        tracing::debug!(
+            resource = %request.resource_name,
+            endpoint = %request.endpoint,
+            "Register"
+        );
         client.register(request.clone()).await.map_err(|status| {
             (
                 n,
