@@ -64,9 +64,10 @@ const CASES: [&str; 6] = [
 ];
 
 /// The simulated node and what the plugin needs to run on it.
+/// Fields drop in order: kubelet and containerd stop before the node and the temp dir go.
 struct Fixture {
-    node: Node,
     kube: KubeNode,
+    node: Node,
     _dir: tempfile::TempDir,
 }
 
@@ -340,8 +341,8 @@ fn device_plugin_with_a_real_kubelet() {
     node.sim.container_rootfs().build(&rootfs).unwrap();
     kube.import_image(GPU_IMAGE, &rootfs, &["/bin/sh"]);
     let mut fx = Fixture {
-        node,
         kube,
+        node,
         _dir: dir,
     };
 
