@@ -448,7 +448,8 @@ impl Drop for KubeNode {
     }
 }
 
-/// containerd's config: CRI on, runc's binary `runtime`, device-plugin CDI annotations
+/// containerd's config: CRI on, runc's binary `runtime` with its state under `dir` (not
+/// `/run/containerd/runc`), device-plugin CDI annotations
 /// passed through to the OCI spec, no OOM score below containerd's own (the VM lacks
 /// CAP_SYS_RESOURCE), the streaming server on a free port, CNI dirs that stay empty.
 fn cri_config(dir: &Path, runtime: &Path) -> String {
@@ -462,10 +463,11 @@ fn cri_config(dir: &Path, runtime: &Path) -> String {
          [{cri}.containerd]\n  default_runtime_name = \"runc\"\n\
          [{cri}.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n  \
          container_annotations = [\"cdi.k8s.io/*\"]\n\
-         [{cri}.containerd.runtimes.runc.options]\n  BinaryName = {runtime}\n\
+         [{cri}.containerd.runtimes.runc.options]\n  BinaryName = {runtime}\n  Root = {runc_root}\n\
          [{cri}.cni]\n  bin_dir = {cni_bin}\n  conf_dir = {cni_conf}\n",
         opt = q(&dir.join("opt")),
         runtime = q(runtime),
+        runc_root = q(&dir.join("runc")),
         cni_bin = q(&dir.join("cni/bin")),
         cni_conf = q(&dir.join("cni/conf")),
     )
