@@ -48,7 +48,7 @@ const REGISTERED: &str = "registered with kubelet resource=nvidia.com/gpu";
 /// `Register` event comes before the call: kubelet opens ListAndWatch while it handles it.)
 const SEQUENCE: [&str; 4] = [
     "Register resource=nvidia.com/gpu",
-    "ListAndWatch resource=nvidia.com/gpu",
+    "ListAndWatch opened resource=nvidia.com/gpu",
     "GetPreferredAllocation resource=nvidia.com/gpu",
     "Allocate resource=nvidia.com/gpu",
 ];
