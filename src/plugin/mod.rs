@@ -1,6 +1,6 @@
 //! The kubelet device plugin behind `nvidia-device-plugin`.
 //!
-//! It advertises the node's GPUs (or MIG devices, or time-sliced replicas of them) to
+//! It advertises the node's GPUs (or MIG devices, or time-sliced or MPS replicas of them) to
 //! kubelet over the v1beta1 device-plugin API and answers `Allocate` with what our
 //! runtime turns into GPUs (by default `NVIDIA_VISIBLE_DEVICES`). The pieces, in order:
 //!
@@ -9,6 +9,7 @@
 //! resources   Inventory × Settings → Vec<Resource> (device ids, replicas, MIG, NUMA)
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
 //! allocate    ids → what the container gets, by device-list strategy
+//! mps         MPS sharing: NVIDIA's paths and limits, and the control daemon mode
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
 //! server      the DevicePlugin service, serving, registration, kubelet restarts
@@ -25,6 +26,7 @@ pub mod api;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod mps;
 pub mod node;
 pub mod preferred;
 pub mod resources;

@@ -34,6 +34,8 @@ pub const ENV_CDI_ANNOTATION_PREFIX: &str = "CDI_ANNOTATION_PREFIX";
 pub const ENV_KUBELET_SOCKET: &str = "KUBELET_SOCKET";
 /// `--config-file`.
 pub const ENV_CONFIG_FILE: &str = "CONFIG_FILE";
+/// `--mps-root`.
+pub const ENV_MPS_ROOT: &str = "MPS_ROOT";
 /// `--socket-dir` (ours).
 pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
 /// `--health-addr` (ours).
@@ -143,6 +145,11 @@ pub struct PluginArgs {
     #[arg(long, value_name = "PATH", value_parser = path_parser())]
     pub config_file: Option<PathBuf>,
 
+    /// Host directory of the MPS daemons' pipes, logs and shm; needed with sharing.mps
+    /// [env: MPS_ROOT] (NVIDIA's Helm chart: /run/nvidia/mps)
+    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    pub mps_root: Option<PathBuf>,
+
     /// Directory for our gRPC sockets [env: NVSHIM_SOCKET_DIR]
     /// [default: the kubelet socket's directory, else /var/lib/kubelet/device-plugins]
     #[arg(long, value_name = "DIR", value_parser = path_parser())]
@@ -169,6 +176,19 @@ pub struct PluginArgs {
     /// Log filter, e.g. info or nvshim=debug [env: NVSHIM_LOG_LEVEL]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
+
+    /// Without a subcommand: serve the device plugin.
+    #[command(subcommand)]
+    pub command: Option<PluginCommand>,
+}
+
+/// The other roles of the binary; the flags (before the subcommand) and env vars mean
+/// the same for each, so all roles read one config the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Run an MPS control daemon per resource shared with sharing.mps (NVIDIA's
+    /// mps-control-daemon), supervise them, stop them on SIGTERM/SIGINT
+    MpsControlDaemon,
 }
 
 impl PluginArgs {
