@@ -24,6 +24,8 @@ mod env_tests;
 #[cfg(test)]
 mod file_tests;
 #[cfg(test)]
+mod mps_tests;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;

@@ -142,24 +142,15 @@ impl Daemon {
 
     /// Whether the daemon is running (see the module doc for how this is told).
     pub fn alive(&self) -> bool {
-        let Some(pid) = std::fs::read_to_string(self.pid_file())
+        self.pid().is_some()
+    }
+
+    /// The running daemon's pid, from its pid file.
+    fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pid_file())
             .ok()
             .and_then(|text| text.trim().parse::<u32>().ok())
-        else {
-            return false;
-        };
-        let proc = PathBuf::from(format!("/proc/{pid}"));
-        let running = std::fs::read_to_string(proc.join("stat"))
-            .ok()
-            .and_then(|stat| {
-                // The state follows the parenthesised name, which may hold spaces.
-                let after = stat.rsplit_once(')')?.1;
-                after.split_whitespace().next().map(|state| state != "Z")
-            })
-            .unwrap_or(false);
-        let name = &CONTROL_BINARY[..COMM_LEN.min(CONTROL_BINARY.len())];
-        running
-            && std::fs::read_to_string(proc.join("comm")).is_ok_and(|comm| comm.trim_end() == name)
+            .filter(|pid| is_control_daemon(*pid))
     }
 
     /// Starts the daemon and sets its defaults, then writes `.started`.
@@ -203,17 +194,22 @@ impl Daemon {
     /// nothing takes a stopping daemon for a ready one.
     fn stop(&self, control: &Path) {
         let _ = std::fs::remove_file(self.started_file());
-        if !self.alive() {
+        let Some(pid) = self.pid() else {
             return;
-        }
+        };
         if let Err(error) = self.run(control, &[], Some(QUIT)) {
             tracing::warn!(resource = %self.resource, "{error}");
         }
+        // The daemon may remove its pid file before it is done: wait for the process.
         let deadline = Instant::now() + SHUTDOWN;
-        while self.alive() && Instant::now() < deadline {
+        while is_control_daemon(pid) && Instant::now() < deadline {
             std::thread::sleep(POLL);
         }
-        tracing::info!(resource = %self.resource, "MPS control daemon stopped");
+        if is_control_daemon(pid) {
+            tracing::warn!(resource = %self.resource, pid, "the MPS control daemon did not quit within {SHUTDOWN:?}");
+        } else {
+            tracing::info!(resource = %self.resource, "MPS control daemon stopped");
+        }
     }
 
     /// Runs the control binary with `args`, writing `stdin` (one command) to it; a
@@ -280,6 +276,22 @@ impl Daemon {
             output: text,
         })
     }
+}
+
+/// Whether `pid` is a live (not zombie) process named like the control binary, so
+/// that a stale pid file naming a reused pid does not pass for a daemon.
+fn is_control_daemon(pid: u32) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let running = std::fs::read_to_string(proc.join("stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised name, which may hold spaces.
+            let after = stat.rsplit_once(')')?.1;
+            after.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false);
+    let name = &CONTROL_BINARY[..COMM_LEN.min(CONTROL_BINARY.len())];
+    running && std::fs::read_to_string(proc.join("comm")).is_ok_and(|comm| comm.trim_end() == name)
 }
 
 /// `nvidia-cuda-mps-control`: first in the driver root's binary directories (the
