@@ -192,6 +192,8 @@ async fn the_plugin_refuses_mps_without_a_root_and_on_a_mig_node() {
 struct ControlDaemon {
     proc: PluginProc,
     root: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -219,8 +221,18 @@ impl ControlDaemon {
         Self {
             proc,
             root,
+            args,
+            env,
             _dir: dir,
         }
+    }
+
+    /// Kills the control daemon process (not the MPS daemon) and starts another on the
+    /// same root, as when its pod is killed and comes back.
+    async fn respawn(&mut self) {
+        self.proc.signal(Signal::SIGKILL);
+        self.proc.exit(GENEROUS).await.expect("killed");
+        self.proc = PluginProc::spawn(plugin_bin(), &self.args, &self.env);
     }
 
     fn dir(&self) -> PathBuf {
@@ -324,6 +336,45 @@ async fn the_control_daemon_starts_configures_restarts_and_stops_the_mps_daemon(
         );
         assert!(process_gone(second), "{case}: the MPS daemon is gone");
     }
+}
+
+#[tokio::test]
+async fn a_new_control_daemon_replaces_the_mps_daemon_its_predecessor_left() {
+    let node = node(&NodeSpec::standard(1));
+    let sim = &node.sim;
+    let mut daemon = ControlDaemon::start(sim, 2);
+    daemon.wait_started(1, "first").await;
+    let orphan = daemon.daemon_pid().expect("a pid file");
+    daemon.respawn().await;
+    daemon.wait_started(2, "second").await;
+    assert!(
+        daemon
+            .proc
+            .log()
+            .contains("an MPS control daemon is already running; restarting it"),
+        "{}",
+        daemon.proc.log()
+    );
+    assert!(process_gone(orphan), "the old MPS daemon was told to quit");
+    let configure = [
+        "set_default_active_thread_percentage 50".to_string(),
+        format!(
+            "set_default_device_pinned_mem_limit 0 {}M",
+            share_mib(sim, 0, 2)
+        ),
+    ];
+    let start = format!("start CUDA_VISIBLE_DEVICES={}", uuids(sim)[0]);
+    let mut want = vec![start.clone()];
+    want.extend(configure.iter().cloned());
+    want.push("quit".into());
+    want.push(start);
+    want.extend(configure.iter().cloned());
+    assert_eq!(daemon.record(), want);
+    daemon.proc.signal(Signal::SIGTERM);
+    assert_eq!(
+        daemon.proc.exit(GENEROUS).await.and_then(|s| s.code()),
+        Some(0)
+    );
 }
 
 #[tokio::test]

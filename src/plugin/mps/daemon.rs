@@ -49,8 +49,6 @@ pub enum MpsError {
     Config(#[from] PluginConfigError),
     #[error(transparent)]
     Discover(#[from] Box<PluginError>),
-    #[error("sharing.mps is set but needs --mps-root, MPS_ROOT or flags.mpsRoot")]
-    NoRoot,
     #[error("cannot find {CONTROL_BINARY} (tried {tried})")]
     NoControl { tried: String },
     #[error("cannot create {}: {source}", path.display())]
@@ -84,6 +82,8 @@ pub enum MpsError {
     },
     #[error("cannot handle SIGTERM and SIGINT: {0}")]
     Signals(#[source] nix::Error),
+    #[error("cannot start the signal thread: {0}")]
+    Thread(#[source] io::Error),
 }
 
 /// One resource's control daemon: where it lives, what it serves, how it is set up.
@@ -161,6 +161,13 @@ impl Daemon {
             self.root.join(SHM_DIR),
         ] {
             std::fs::create_dir_all(&dir).map_err(|source| MpsError::Dir { path: dir, source })?;
+        }
+        if self.alive() {
+            // Left by an earlier run of ours (the daemon outlives its pod under
+            // hostPID): `-d` would refuse to start a second one, and this one may have
+            // other limits. Replace it.
+            tracing::warn!(resource = %self.resource, "an MPS control daemon is already running; restarting it");
+            self.stop(control);
         }
         let _ = std::fs::remove_file(self.started_file());
         // A pid file left by a daemon that died would pass for a live one if its pid
@@ -334,19 +341,18 @@ pub fn run(args: &PluginArgs) -> Result<(), MpsError> {
                 let _ = tx.send(signal);
             }
         })
-        .map_err(|source| MpsError::Dir {
-            path: PathBuf::from("/proc/self/task"),
-            source,
-        })?;
+        .map_err(MpsError::Thread)?;
 
     let settings = config::resolve_from_process(args)?;
-    let daemons = match (&settings.sharing, &settings.mps_root) {
-        (Some(sharing), Some(root)) if sharing.strategy == config::SharingStrategy::Mps => {
+    let mps = settings
+        .sharing
+        .as_ref()
+        .is_some_and(|s| s.strategy == config::SharingStrategy::Mps);
+    // Resolving the settings refused MPS without a root.
+    let daemons = match &settings.mps_root {
+        Some(root) if mps => {
             let resources = node::discover_resources(&settings).map_err(Box::new)?;
             Daemon::for_resources(&resources, root)
-        }
-        (Some(sharing), None) if sharing.strategy == config::SharingStrategy::Mps => {
-            return Err(MpsError::NoRoot);
         }
         _ => Vec::new(),
     };
