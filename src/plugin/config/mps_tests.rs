@@ -102,3 +102,43 @@ fn mps_root_and_the_checks_that_need_every_layer() {
         assert_error(case, settings(args, env, Some(yaml)), &want);
     }
 }
+
+#[test]
+fn the_daemon_subcommand_takes_the_flags_before_or_after_it() {
+    use super::tests::argv;
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "before",
+            &["--mps-root=/m", "--config-file", "/c", "mps-control-daemon"],
+        ),
+        (
+            "after",
+            &["mps-control-daemon", "--mps-root", "/m", "--config-file=/c"],
+        ),
+        (
+            "around",
+            &["--config-file=/c", "mps-control-daemon", "--mps-root=/m"],
+        ),
+    ];
+    for (case, args) in cases {
+        let parsed = argv(args).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(
+            parsed.command,
+            Some(PluginCommand::MpsControlDaemon),
+            "{case}"
+        );
+        assert_eq!(parsed.mps_root.as_deref(), Some(Path::new("/m")), "{case}");
+        assert_eq!(
+            parsed.config_file.as_deref(),
+            Some(Path::new("/c")),
+            "{case}"
+        );
+    }
+    assert_eq!(
+        argv(&[]).unwrap().command,
+        None,
+        "no subcommand: the plugin"
+    );
+    let err = argv(&["mps-daemon"]).unwrap_err().to_string();
+    assert!(err.contains("mps-daemon"), "{err}");
+}
