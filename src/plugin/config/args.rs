@@ -187,8 +187,9 @@ pub struct PluginArgs {
     pub command: Option<PluginCommand>,
 }
 
-/// The other roles of the binary; the flags (before the subcommand) and env vars mean
-/// the same for each, so all roles read one config the same way.
+/// The other roles of the binary. Every flag is global (before or after the
+/// subcommand), and flags and env vars mean the same for each role, so all roles read
+/// one config the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
 pub enum PluginCommand {
     /// Run an MPS control daemon per resource shared with sharing.mps (NVIDIA's
