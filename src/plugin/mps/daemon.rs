@@ -250,8 +250,9 @@ impl Daemon {
             .spawn()
             .map_err(spawn_error)?;
         if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(format!("{text}\n").as_bytes())
-                .map_err(spawn_error)?;
+            // A client that finds no daemon exits without reading: the broken pipe says
+            // less than its exit status and stderr, which are reported below.
+            let _ = pipe.write_all(format!("{text}\n").as_bytes());
         }
         let deadline = Instant::now() + STARTUP;
         let status: Option<ExitStatus> = loop {

@@ -530,12 +530,8 @@ fn fake_mps_control_daemonizes_records_and_quits() {
             .spawn()
             .unwrap();
         use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
+        // A client without a daemon may exit before it reads: a broken pipe is fine.
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
         child.wait().unwrap().success()
     };
     assert!(
