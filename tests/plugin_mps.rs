@@ -430,4 +430,24 @@ async fn the_control_daemon_waits_without_mps_and_fails_without_its_binary() {
         )),
         "{log}"
     );
+
+    // A control binary whose -d fails: the exit status and its stderr, and exit 1.
+    let bin = empty_root.join("usr/bin");
+    fs::create_dir_all(&bin).unwrap();
+    let control = bin.join("nvidia-cuda-mps-control");
+    fs::write(&control, "#!/bin/sh\necho 'no GPU for you' >&2\nexit 3\n").unwrap();
+    fs::set_permissions(
+        &control,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut failing = PluginProc::spawn(plugin_bin(), &args, &sim.env());
+    let status = failing.exit(GENEROUS).await.expect("exits");
+    assert_eq!(status.code(), Some(1));
+    let log = failing.log();
+    assert!(log.contains("no GPU for you"), "{log}");
+    assert!(
+        log.contains("nvidia-cuda-mps-control -d for nvidia.com/gpu failed (exit status: 3)"),
+        "{log}"
+    );
 }

@@ -227,22 +227,16 @@ impl Daemon {
             resource: self.resource.clone(),
             source,
         };
+        // `-d` forks the daemon, which would hold our pipes open for its whole life:
+        // its output goes to our stderr (and its log directory) instead.
+        let client = stdin.is_some();
+        let piped_if = |piped: bool| if piped { Stdio::piped() } else { Stdio::null() };
         let mut child = Command::new(control)
             .args(args)
             .envs(self.env())
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            // `-d` forks the daemon, which would hold our pipes open for its whole
-            // life: its output goes to our stderr (and its log directory) instead.
-            .stdout(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stderr(if stdin.is_some() {
+            .stdin(piped_if(client))
+            .stdout(piped_if(client))
+            .stderr(if client {
                 Stdio::piped()
             } else {
                 Stdio::inherit()
@@ -273,6 +267,10 @@ impl Daemon {
         let mut text = String::from_utf8_lossy(&output.stderr).trim().to_string();
         if text.is_empty() {
             text = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        }
+        if text.is_empty() {
+            let log = log_dir(&self.root, &self.resource);
+            text = format!("no output; see the log in {}", log.display());
         }
         Err(MpsError::Failed {
             args: stdin.map_or_else(|| args.join(" "), |c| format!("<<< {c}")),
