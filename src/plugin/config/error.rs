@@ -117,13 +117,13 @@ pub enum PluginConfigError {
     BothSharing { at: FileSpot, mps: FileSpot },
     #[error("{at}: {key}.resources is empty (list at least one resource to share)")]
     NoSharedResources { at: FileSpot, key: &'static str },
-    #[error(
-        "{at}: {key}.resources: cannot share {name:?} (valid: nvidia.com/gpu, nvidia.com/mig-<profile>)"
-    )]
+    /// `valid` lists what the sharing kind can share: MPS cannot share MIG devices.
+    #[error("{at}: {key}.resources: cannot share {name:?} (valid: {valid})")]
     SharedResourceName {
         at: FileSpot,
         key: &'static str,
         name: String,
+        valid: &'static str,
     },
     #[error("{at}: {key}.resources: {name:?} is listed twice")]
     DuplicateSharedResource {

@@ -408,11 +408,21 @@ impl Checker<'_> {
         let mut resources: Vec<SharedResource> = Vec::with_capacity(list.value.len());
         for resource in list.value {
             let name = resource.name.value.clone();
-            if !is_shareable(&name) {
+            // MPS shares whole GPUs only (MIG is refused with it), so a MIG resource
+            // under sharing.mps could never match anything.
+            let (shareable, valid) = match strategy {
+                SharingStrategy::TimeSlicing => (
+                    is_shareable(&name),
+                    "nvidia.com/gpu, nvidia.com/mig-<profile>",
+                ),
+                SharingStrategy::Mps => (name == GPU_RESOURCE, "nvidia.com/gpu"),
+            };
+            if !shareable {
                 return Err(PluginConfigError::SharedResourceName {
                     at: self.at(&resource.name),
                     key,
                     name,
+                    valid,
                 });
             }
             if resources.iter().any(|r| r.name == name) {

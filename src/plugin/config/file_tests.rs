@@ -432,6 +432,14 @@ fn file_errors() {
             vec!["sharing.mps.resources: cannot share \"nvidia.com/gpus\"".into()],
         ),
         (
+            "mps of a MIG profile",
+            "flags: {mpsRoot: /mps}\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n",
+            vec![
+                at(5),
+                "sharing.mps.resources: cannot share \"nvidia.com/mig-1g.10gb\" (valid: nvidia.com/gpu)".into(),
+            ],
+        ),
+        (
             "mps unknown key",
             "flags: {mpsRoot: /mps}\nsharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}], replicas: 2}}",
             vec![F.into(), "unknown field `replicas`".into()],

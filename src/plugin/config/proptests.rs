@@ -100,11 +100,21 @@ fn arb_sharing() -> impl Strategy<Value = Option<Sharing>> {
     ];
     prop::option::of(
         (strategy, any::<bool>(), any::<bool>(), resources).prop_map(
-            |(strategy, rename_by_default, fail_requests_greater_than_one, resources)| Sharing {
-                strategy,
-                rename_by_default,
-                fail_requests_greater_than_one,
-                resources,
+            |(strategy, rename_by_default, fail_requests_greater_than_one, mut resources)| {
+                if strategy == SharingStrategy::Mps {
+                    // MPS shares whole GPUs only.
+                    let replicas = resources[0].replicas;
+                    resources = vec![SharedResource {
+                        name: GPU_RESOURCE.to_owned(),
+                        replicas,
+                    }];
+                }
+                Sharing {
+                    strategy,
+                    rename_by_default,
+                    fail_requests_greater_than_one,
+                    resources,
+                }
             },
         ),
     )
