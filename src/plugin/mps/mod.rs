@@ -53,7 +53,6 @@ pub const STARTED_FILE: &str = ".started";
 /// Control commands, as `nvidia-cuda-mps-control` reads them on stdin.
 pub const SET_ACTIVE_THREAD_PERCENTAGE: &str = "set_default_active_thread_percentage";
 pub const SET_PINNED_MEM_LIMIT: &str = "set_default_device_pinned_mem_limit";
-pub const GET_ACTIVE_THREAD_PERCENTAGE: &str = "get_default_active_thread_percentage";
 pub const QUIT: &str = "quit";
 
 /// `<root>/<resource>` on the host (or, with [`CONTAINER_ROOT`], in a container).
