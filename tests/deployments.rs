@@ -235,3 +235,94 @@ fn the_dashboard_charts_metrics_the_plugin_serves() {
         }
     }
 }
+
+const MPS_MANIFEST: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deployments/nvidia-device-plugin-mps-control-daemon.yml"
+);
+
+#[test]
+fn the_mps_control_daemon_runs_our_subcommand_on_mps_nodes_with_the_host_pids() {
+    use clap::Parser as _;
+    let ds: Value = serde_saphyr::from_str(&fs::read_to_string(MPS_MANIFEST).unwrap()).unwrap();
+    assert_eq!(ds["kind"], "DaemonSet");
+    assert_eq!(ds["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        ds["spec"]["template"]["metadata"]["labels"]
+    );
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["hostPID"], true,
+        "MPS clients are other pods' processes"
+    );
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"nvidia.com/mps.capable": "true"})
+    );
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert!(
+        pod["tolerations"].as_array().unwrap().contains(
+            &json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+        )
+    );
+
+    // The command line is one the plugin binary parses into the daemon mode.
+    let container = &pod["containers"][0];
+    let argv: Vec<&str> = container["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(container["args"].as_array().unwrap())
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(argv[0], "nvidia-device-plugin");
+    let args = config::PluginArgs::try_parse_from(&argv).unwrap();
+    assert_eq!(args.command, Some(config::PluginCommand::MpsControlDaemon));
+
+    let env: Vec<(&str, &str)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .collect();
+    for (key, value) in &env {
+        assert!(
+            [config::ENV_MPS_ROOT, config::ENV_CONFIG_FILE].contains(key),
+            "{key}={value} is not a variable the daemon reads"
+        );
+    }
+    let value = |name: &str| {
+        env.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{name} not set"))
+    };
+    // The root is the host's /run/nvidia/mps (NVIDIA's Helm default), mounted at the
+    // same path, so the paths the daemon uses are the host paths the plugin mounts.
+    let mounted = |path: &str| -> &Value {
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap()
+    };
+    assert_eq!(value(config::ENV_MPS_ROOT), "/run/nvidia/mps");
+    assert_eq!(
+        mounted("/run/nvidia/mps")["hostPath"]["path"],
+        "/run/nvidia/mps"
+    );
+    assert!(
+        mounted(value(config::ENV_CONFIG_FILE))
+            .get("configMap")
+            .is_some(),
+        "the config file comes from a ConfigMap"
+    );
+}

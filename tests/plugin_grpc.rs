@@ -20,7 +20,7 @@ use nvshim::plugin::api::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     ListAndWatchResponse, PreStartContainerRequest, PreferredAllocationRequest, VERSION,
 };
-use nvshim::plugin::config::Settings;
+use nvshim::plugin::config::{Settings, SharingStrategy};
 use nvshim::plugin::health::{HealthBoard, UnitHealth};
 use nvshim::plugin::resources::{Device, Resource, Unit};
 use nvshim::plugin::server::{Control, Node, ServerError, control, forward_signals, serve};
@@ -51,6 +51,7 @@ fn device(gpu: u32, replica: Option<u32>) -> Device {
         // GPU 3 has no NUMA node (sysfs said -1).
         numa_node: (gpu < 3).then_some(i64::from(gpu / 2)),
         bus_id: format!("0000:{:02x}:00.0", 0x10 + gpu),
+        memory_mib: None,
         nodes: vec![PathBuf::from(format!("/dev/nvidia{gpu}"))],
     }
 }
@@ -61,6 +62,7 @@ fn gpus() -> Resource {
         name: "nvidia.com/gpu".into(),
         devices: (0..4).map(|g| device(g, None)).collect(),
         replicas: None,
+        sharing: None,
         fail_requests_greater_than_one: false,
     }
 }
@@ -73,6 +75,7 @@ fn shared() -> Resource {
             .flat_map(|g| (0..2).map(move |r| device(g, Some(r))))
             .collect(),
         replicas: Some(2),
+        sharing: Some(SharingStrategy::TimeSlicing),
         fail_requests_greater_than_one: false,
     }
 }

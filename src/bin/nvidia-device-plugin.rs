@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nvshim::logging::{self, LogSettings};
-use nvshim::plugin::config::PluginArgs;
-use nvshim::plugin::node;
+use nvshim::plugin::config::{PluginArgs, PluginCommand};
+use nvshim::plugin::{mps, node};
 
 fn main() -> ExitCode {
     let args = PluginArgs::parse();
@@ -17,7 +17,11 @@ fn main() -> ExitCode {
     }) {
         eprintln!("nvidia-device-plugin: {e}");
     }
-    match node::run(&args) {
+    let result = match args.command {
+        Some(PluginCommand::MpsControlDaemon) => mps::daemon::run(&args).map_err(|e| e.to_string()),
+        None => node::run(&args).map_err(|e| e.to_string()),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nvidia-device-plugin: error: {e}");

@@ -2,7 +2,8 @@
 //! `Allocate`: the device IDs kubelet chose for one container → what the container
 //! gets, shaped by the device-list strategies exactly as NVIDIA's plugin shapes it
 //! (env var, `/dev/null` volume mounts, CDI annotations, CRI CDI devices, device
-//! specs). Pure: the only I/O is a `stat` of the optional control nodes when
+//! specs), plus, for an MPS-shared resource, the daemon's pipe directory, shm and
+//! limits. Pure: the only I/O is a `stat` of the optional control nodes when
 //! `pass-device-specs` is on.
 //!
 //! The result is plain data; the server turns it into the kubelet's protobuf
@@ -10,12 +11,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::discover::table::CONTROL_NODE;
 use crate::plugin::config::{DeviceListStrategy, Settings};
+use crate::plugin::mps::{self, Limits};
 use crate::plugin::resources::{Device, Resource, ResourceIndex, Unit};
 use crate::request::{ENV_VISIBLE_DEVICES, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE};
 
@@ -139,6 +141,9 @@ pub enum AllocateError {
          found {requested}"
     )]
     SharedRequestTooLarge { resource: String, requested: usize },
+    /// `sharing.mps` without `--mps-root` (which resolving the settings rules out).
+    #[error("cannot allocate {resource}: it is shared with MPS but no MPS root is set")]
+    NoMpsRoot { resource: String },
     #[error("invalid preferred allocation request for {resource}: allocation size 0")]
     ZeroSize { resource: String },
     #[error(
@@ -229,6 +234,15 @@ pub fn allocate(
             out.cdi_devices = names;
         }
     }
+    if resource.is_mps() {
+        let root = settings
+            .mps_root
+            .as_deref()
+            .ok_or_else(|| AllocateError::NoMpsRoot {
+                resource: resource.name.clone(),
+            })?;
+        add_mps(&mut out, resource, root, &units);
+    }
     let only_cdi = strategies.iter().all(|s| {
         matches!(
             s,
@@ -249,19 +263,54 @@ pub fn allocate(
             ENV_VISIBLE_DEVICES.to_string(),
             VOLUME_MOUNT_ROOT.to_string(),
         );
-        out.mounts = runtime_ids
-            .iter()
-            .map(|id| AllocatedMount {
+        out.mounts
+            .extend(runtime_ids.iter().map(|id| AllocatedMount {
                 container_path: format!("{VOLUME_MOUNT_ROOT}/{id}"),
                 host_path: VOLUME_MOUNT_SOURCE.to_string(),
                 read_only: false,
-            })
-            .collect();
+            }));
     }
     if settings.pass_device_specs {
         out.devices = device_specs(&settings.dev_root, &units);
     }
     Ok(out)
+}
+
+/// The MPS part, as NVIDIA's plugin adds it (the pipe directory env and the pipe and
+/// shm mounts), plus the replica's limits as env: the daemon sets them as its
+/// defaults, but a client's own env is what holds when the daemon was started
+/// without them (restarted by hand, an older daemon). The container numbers its GPUs
+/// from 0 in `units` order, which is what the memory limit's keys are.
+fn add_mps(out: &mut ContainerAllocation, resource: &Resource, root: &Path, units: &[&Device]) {
+    let container_pipe = mps::pipe_dir(Path::new(mps::CONTAINER_ROOT), &resource.name);
+    out.envs.insert(
+        mps::ENV_PIPE_DIRECTORY.to_string(),
+        container_pipe.display().to_string(),
+    );
+    let limits = Limits::new(resource.replicas.unwrap_or(1), units);
+    out.envs.insert(
+        mps::ENV_ACTIVE_THREAD_PERCENTAGE.to_string(),
+        limits.active_thread_percentage.to_string(),
+    );
+    if !limits.pinned_mem_mib.is_empty() {
+        out.envs.insert(
+            mps::ENV_PINNED_DEVICE_MEM_LIMIT.to_string(),
+            limits.pinned_env(),
+        );
+    }
+    let mount = |container: PathBuf, host: PathBuf| AllocatedMount {
+        container_path: container.display().to_string(),
+        host_path: host.display().to_string(),
+        read_only: false,
+    };
+    out.mounts.push(mount(
+        container_pipe.clone(),
+        mps::pipe_dir(root, &resource.name),
+    ));
+    out.mounts.push(mount(
+        PathBuf::from(mps::CONTAINER_SHM),
+        root.join(mps::SHM_DIR),
+    ));
 }
 
 /// Checks the request and returns one device per requested unit, in unit order.
@@ -398,6 +447,10 @@ fn response_uid(resource: &str, runtime_ids: &[&str]) -> String {
 #[cfg(test)]
 #[path = "allocate_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "allocate_mps_tests.rs"]
+mod mps_tests;
 
 #[cfg(test)]
 #[path = "allocate_proptests.rs"]

@@ -40,7 +40,7 @@ proptest! {
             device_list_strategies: vec![DeviceListStrategy::Envvar],
             ..Settings::default()
         };
-        s.time_slicing = replicas.map(|r| time_slicing("nvidia.com/gpu", r, false, false));
+        s.sharing = replicas.map(|r| time_slicing("nvidia.com/gpu", r, false, false));
         let built = resources::build(&gpus(6), &s, Path::new("/nonexistent")).unwrap();
         let r = &built[0];
         let index = ResourceIndex::new(r);

@@ -230,7 +230,7 @@ fn replicas_and_indices_map_to_units_in_unit_order() {
     for (case, ids, request, want) in cases {
         let mut s = settings(&[S::Envvar, S::VolumeMounts], root);
         s.device_id_strategy = ids;
-        s.time_slicing = Some(time_slicing("nvidia.com/gpu", 4, true, false));
+        s.sharing = Some(time_slicing("nvidia.com/gpu", 4, true, false));
         let (r, index) = resource(&gpus(4), &s);
         let got = allocate(&r, &index, &request, &s, &all_healthy).unwrap();
         let mounts: Vec<String> = got
@@ -344,7 +344,7 @@ fn every_error() {
     }
 
     let mut s = settings(&[S::Envvar], root);
-    s.time_slicing = Some(time_slicing("nvidia.com/gpu", 2, false, true));
+    s.sharing = Some(time_slicing("nvidia.com/gpu", 2, false, true));
     let (r, index) = resource(&gpus(2), &s);
     let request = vec![format!("{}::0", g(0)), format!("{}::0", g(1))];
     let err = allocate(&r, &index, &request, &s, &all_healthy).unwrap_err();
@@ -375,7 +375,7 @@ fn ten_thousand_ids() {
 
     // 10,000 known replicas, asked for in reverse: 8 GPUs in order.
     let mut s = settings(&[S::Envvar], root);
-    s.time_slicing = Some(time_slicing("nvidia.com/gpu", 1250, false, false));
+    s.sharing = Some(time_slicing("nvidia.com/gpu", 1250, false, false));
     let (r, index) = resource(&gpus(8), &s);
     let request: Vec<String> = r.devices.iter().rev().map(|d| d.id.clone()).collect();
     assert_eq!(request.len(), 10_000);

@@ -1,6 +1,6 @@
 //! The kubelet device plugin behind `nvidia-device-plugin`.
 //!
-//! It advertises the node's GPUs (or MIG devices, or time-sliced replicas of them) to
+//! It advertises the node's GPUs (or MIG devices, or time-sliced or MPS replicas of them) to
 //! kubelet over the v1beta1 device-plugin API and answers `Allocate` with what our
 //! runtime turns into GPUs (by default `NVIDIA_VISIBLE_DEVICES`). The pieces, in order:
 //!
@@ -10,6 +10,7 @@
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
 //! http2       the :authority fix in front of h2 (any client's socket-path authority works)
 //! allocate    ids → what the container gets, by device-list strategy
+//! mps         MPS sharing: NVIDIA's paths and limits, and the control daemon mode
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
 //! server      the DevicePlugin service, serving, registration, kubelet restarts
@@ -27,6 +28,7 @@ pub mod config;
 pub mod health;
 pub mod http2;
 pub mod metrics;
+pub mod mps;
 pub mod node;
 pub mod preferred;
 pub mod resources;

@@ -135,6 +135,12 @@ pub fn start_with_metrics(
 
 type Discovered = (Arc<Nvml>, inventory::Inventory, Vec<Resource>);
 
+/// The resources `settings` advertise on this node, from NVML: what the MPS control
+/// daemon starts a daemon for, built exactly as the plugin builds them.
+pub fn discover_resources(settings: &Settings) -> Result<Vec<Resource>, PluginError> {
+    discover(settings).map(|(_, _, resources)| resources)
+}
+
 fn discover(settings: &Settings) -> Result<Discovered, PluginError> {
     let roots = Roots {
         driver: settings.driver_root.clone(),

@@ -32,7 +32,7 @@ fn resource(count: u32, replicas: Option<u32>) -> (Resource, ResourceIndex) {
         device_id_strategy: DeviceIdStrategy::Index,
         ..Settings::default()
     };
-    s.time_slicing = replicas.map(|r| time_slicing("nvidia.com/gpu", r, false, false));
+    s.sharing = replicas.map(|r| time_slicing("nvidia.com/gpu", r, false, false));
     let mut built = resources::build(&gpus(count), &s, Path::new("/nonexistent")).unwrap();
     let r = built.remove(0);
     let index = ResourceIndex::new(&r);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The node's labels, from its inventory and the device plugin's MIG strategy and
-//! time-slicing: gpu-feature-discovery's `nvidia.com/*` names with GFD's meanings, so
+//! sharing (time-slicing or MPS): gpu-feature-discovery's `nvidia.com/*` names with GFD's meanings, so
 //! selectors written for GFD keep working. Pure: no I/O, no clock, no logging; a label
 //! whose value the inventory does not give (procfs knows no memory) is left out.
 //!
@@ -19,13 +19,15 @@
 //!   MIG-enabled GPUs, with `gpu.replicas=0`, as GFD's do.
 //! - No `gfd.timestamp`: the labels change only when the node does.
 //! - No `gpu.mode`, `vgpu.*`, `gpu.clique` or MIG engine/slice counts (the inventory
-//!   does not know them). `mps.capable` is always `false`: nvshim does not do MPS.
+//!   does not know them). `mps.capable` is `true` exactly when the config shares a
+//!   resource with MPS, as GFD's is (GFD then refuses a node with MIG; the device plugin
+//!   does that here, so the labels still describe the node).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
-use crate::plugin::config::{GPU_RESOURCE, MigStrategy, TimeSlicing};
+use crate::plugin::config::{GPU_RESOURCE, MigStrategy, Sharing, SharingStrategy};
 
 /// Label key → value, in key order (the order of the output file).
 pub type Labels = BTreeMap<String, String>;
@@ -60,24 +62,37 @@ pub struct Facts<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSettings {
     pub mig_strategy: MigStrategy,
-    pub time_slicing: Option<TimeSlicing>,
+    /// `sharing.timeSlicing` or `sharing.mps`.
+    pub sharing: Option<Sharing>,
 }
 
 impl LabelSettings {
     /// How many replicas each device of `resource` is advertised as.
     fn replicas(&self, resource: &str) -> u32 {
-        self.time_slicing
+        self.sharing
             .as_ref()
-            .and_then(|ts| ts.resources.iter().find(|r| r.name == resource))
-            .map_or(1, |r| r.replicas)
+            .and_then(|sharing| sharing.replicas(resource))
+            .unwrap_or(1)
     }
 
     /// With `renameByDefault` the shared resource gets a `.shared` name instead of the
     /// product getting a `-SHARED` suffix (GFD's rule).
     fn renamed(&self) -> bool {
-        self.time_slicing
+        self.sharing.as_ref().is_some_and(|s| s.rename_by_default)
+    }
+
+    /// GFD's `sharing-strategy` value for a resource with `replicas` replicas.
+    fn strategy(&self, replicas: u32) -> &'static str {
+        match &self.sharing {
+            Some(sharing) if replicas > 1 => sharing.strategy.label(),
+            _ => "none",
+        }
+    }
+
+    fn mps(&self) -> bool {
+        self.sharing
             .as_ref()
-            .is_some_and(|ts| ts.rename_by_default)
+            .is_some_and(|s| s.strategy == SharingStrategy::Mps)
     }
 }
 
@@ -105,7 +120,7 @@ pub fn compute(facts: &Facts<'_>, settings: &LabelSettings) -> Labels {
             .any(|g| g.mig_enabled.is_some() || !g.mig_devices.is_empty());
         out.put("mig.capable", capable.to_string());
     }
-    out.put("mps.capable", "false".to_string());
+    out.put("mps.capable", settings.mps().to_string());
 
     let (on, off): (Vec<&Gpu>, Vec<&Gpu>) = gpus.iter().partition(|g| mig_on(g));
     match settings.mig_strategy {
@@ -285,10 +300,12 @@ fn product(model: &str, parts: &[&str], shared: bool) -> String {
 
 /// `<resource>.replicas` and `<resource>.sharing-strategy`. 0 replicas (GFD's value for
 /// MIG-enabled GPUs described as a whole) means the devices are not advertised at all.
-fn sharing(out: &mut Out, prefix: &str, replicas: u32) {
+fn sharing(out: &mut Out, settings: &LabelSettings, prefix: &str, replicas: u32) {
     out.put(&format!("{prefix}.replicas"), replicas.to_string());
-    let strategy = if replicas > 1 { "time-slicing" } else { "none" };
-    out.put(&format!("{prefix}.sharing-strategy"), strategy.to_string());
+    out.put(
+        &format!("{prefix}.sharing-strategy"),
+        settings.strategy(replicas).to_string(),
+    );
 }
 
 fn architecture(out: &mut Out, prefix: &str, compute: Option<(u32, u32)>) {
@@ -318,7 +335,7 @@ fn whole_gpus(out: &mut Out, gpus: &[&Gpu], settings: &LabelSettings, advertised
     if let Some(memory) = summary.memory_mib {
         out.put("gpu.memory", memory.to_string());
     }
-    sharing(out, "gpu", replicas);
+    sharing(out, settings, "gpu", replicas);
     architecture(out, "gpu", summary.compute);
 
     let room = MAX_NAME_LEN - MODEL_KEY.len() - LONGEST_MODEL_SUFFIX.len();
@@ -366,7 +383,7 @@ fn mig_profiles(out: &mut Out, on: &[&Gpu], settings: &LabelSettings) {
         if let Some(memory) = memory {
             out.put(&format!("{prefix}.memory"), memory.to_string());
         }
-        sharing(out, &prefix, replicas);
+        sharing(out, settings, &prefix, replicas);
     }
 }
 
@@ -403,6 +420,6 @@ fn single_mig(out: &mut Out, on: &[&Gpu], off: &[&Gpu], settings: &LabelSettings
     if let Some(memory) = min_all(devices.iter().map(|m| m.memory_bytes.map(mib))) {
         out.put("gpu.memory", memory.to_string());
     }
-    sharing(out, "gpu", replicas);
+    sharing(out, settings, "gpu", replicas);
     architecture(out, "gpu", parents.compute);
 }

@@ -57,7 +57,8 @@ pub struct LabelsArgs {
     #[arg(long, value_name = "STRATEGY")]
     pub mig_strategy: Option<MigStrategy>,
     /// The device plugin's config file (version: v1), for flags.migStrategy and
-    /// sharing.timeSlicing (gpu.replicas, gpu.sharing-strategy, the -SHARED product).
+    /// sharing.timeSlicing or sharing.mps (gpu.replicas, gpu.sharing-strategy, the -SHARED
+    /// product, mps.capable).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The file holding the machine's model, for nvidia.com/gpu.machine.
@@ -107,7 +108,7 @@ fn labeller<'a>(host: &'a HostArgs, args: &'a LabelsArgs) -> Result<Labeller<'a>
     };
     let settings = LabelSettings {
         mig_strategy: args.mig_strategy.or(file.mig_strategy).unwrap_or_default(),
-        time_slicing: file.time_slicing,
+        sharing: file.sharing,
     };
     Ok(Labeller {
         host,

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
-use crate::plugin::config::{SharedResource, TimeSlicing};
+use crate::plugin::config::{SharedResource, Sharing, SharingStrategy};
 
 const GIB: u64 = 1 << 30;
 const A100: &str = "NVIDIA A100-SXM4-80GB";
@@ -84,14 +84,29 @@ fn labels_of(inventory: &Inventory, settings: &LabelSettings) -> Labels {
 fn strategy(mig_strategy: MigStrategy) -> LabelSettings {
     LabelSettings {
         mig_strategy,
-        time_slicing: None,
+        sharing: None,
     }
 }
 
 fn time_sliced(resource: &str, replicas: u32, rename_by_default: bool) -> LabelSettings {
+    shared(
+        SharingStrategy::TimeSlicing,
+        resource,
+        replicas,
+        rename_by_default,
+    )
+}
+
+fn shared(
+    strategy: SharingStrategy,
+    resource: &str,
+    replicas: u32,
+    rename_by_default: bool,
+) -> LabelSettings {
     LabelSettings {
         mig_strategy: MigStrategy::Mixed,
-        time_slicing: Some(TimeSlicing {
+        sharing: Some(Sharing {
+            strategy,
             rename_by_default,
             fail_requests_greater_than_one: false,
             resources: vec![SharedResource {
@@ -291,6 +306,43 @@ fn mig_strategies() {
             &labels_of(&inventory(gpus), &strategy(mig_strategy)),
             want,
         );
+    }
+}
+
+#[test]
+fn mps() {
+    let node = inventory(vec![a100(0), a100(1)]);
+    let cases: [(&str, LabelSettings, Want); 3] = [
+        (
+            "gpu x4",
+            shared(SharingStrategy::Mps, "nvidia.com/gpu", 4, false),
+            &[
+                ("mps.capable", Some("true")),
+                ("gpu.replicas", Some("4")),
+                ("gpu.sharing-strategy", Some("mps")),
+                ("gpu.product", Some("NVIDIA-A100-SXM4-80GB-SHARED")),
+            ],
+        ),
+        (
+            "gpu x4 renamed",
+            shared(SharingStrategy::Mps, "nvidia.com/gpu", 4, true),
+            &[
+                ("mps.capable", Some("true")),
+                ("gpu.sharing-strategy", Some("mps")),
+                ("gpu.product", Some("NVIDIA-A100-SXM4-80GB")),
+            ],
+        ),
+        (
+            "time-slicing is not mps",
+            time_sliced("nvidia.com/gpu", 4, false),
+            &[
+                ("mps.capable", Some("false")),
+                ("gpu.sharing-strategy", Some("time-slicing")),
+            ],
+        ),
+    ];
+    for (case, settings, want) in cases {
+        check(case, &labels_of(&node, &settings), want);
     }
 }
 

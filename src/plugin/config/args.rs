@@ -34,6 +34,8 @@ pub const ENV_CDI_ANNOTATION_PREFIX: &str = "CDI_ANNOTATION_PREFIX";
 pub const ENV_KUBELET_SOCKET: &str = "KUBELET_SOCKET";
 /// `--config-file`.
 pub const ENV_CONFIG_FILE: &str = "CONFIG_FILE";
+/// `--mps-root`.
+pub const ENV_MPS_ROOT: &str = "MPS_ROOT";
 /// `--socket-dir` (ours).
 pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
 /// `--health-addr` (ours).
@@ -72,11 +74,12 @@ pub const ENV_DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
 )]
 pub struct PluginArgs {
     /// How MIG devices are advertised: none, single or mixed [env: MIG_STRATEGY] [default: none]
-    #[arg(long, value_name = "STRATEGY")]
+    #[arg(long, global = true, value_name = "STRATEGY")]
     pub mig_strategy: Option<MigStrategy>,
 
     /// Exit when NVML cannot start (=false: serve no devices instead) [env: FAIL_ON_INIT_ERROR] [default: true]
     #[arg(
+        global = true,
         long,
         value_name = "BOOL",
         num_args = 0..=1,
@@ -88,6 +91,7 @@ pub struct PluginArgs {
 
     /// Root of the driver's files on the host [env: NVIDIA_DRIVER_ROOT] [default: /]
     #[arg(
+        global = true,
         long = "nvidia-driver-root",
         visible_alias = "driver-root",
         value_name = "PATH",
@@ -97,6 +101,7 @@ pub struct PluginArgs {
 
     /// Root under which dev/nvidia* live [env: NVIDIA_DEV_ROOT] [default: the driver root]
     #[arg(
+        global = true,
         long = "dev-root",
         visible_alias = "nvidia-dev-root",
         value_name = "PATH",
@@ -106,6 +111,7 @@ pub struct PluginArgs {
 
     /// Also pass the device nodes in Allocate responses [env: PASS_DEVICE_SPECS] [default: false]
     #[arg(
+        global = true,
         long,
         value_name = "BOOL",
         num_args = 0..=1,
@@ -118,6 +124,7 @@ pub struct PluginArgs {
     /// How devices reach the container: envvar, volume-mounts, cdi-annotations, cdi-cri;
     /// repeatable and comma-separated [env: DEVICE_LIST_STRATEGY] [default: envvar]
     #[arg(
+        global = true,
         long,
         value_name = "STRATEGY",
         value_delimiter = ',',
@@ -127,48 +134,67 @@ pub struct PluginArgs {
     pub device_list_strategy: Option<Vec<DeviceListStrategy>>,
 
     /// How devices are named to the runtime: uuid or index [env: DEVICE_ID_STRATEGY] [default: uuid]
-    #[arg(long, value_name = "STRATEGY")]
+    #[arg(long, global = true, value_name = "STRATEGY")]
     pub device_id_strategy: Option<DeviceIdStrategy>,
 
     /// Prefix of the CDI annotation keys [env: CDI_ANNOTATION_PREFIX] [default: cdi.k8s.io/]
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(long, global = true, value_name = "PREFIX")]
     pub cdi_annotation_prefix: Option<String>,
 
     /// The kubelet's registration socket; "" serves without registering
     /// [env: KUBELET_SOCKET] [default: /var/lib/kubelet/device-plugins/kubelet.sock]
-    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
     pub kubelet_socket: Option<PathBuf>,
 
     /// NVIDIA's YAML (or JSON) config file, `version: v1` [env: CONFIG_FILE]
-    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
     pub config_file: Option<PathBuf>,
+
+    /// Host directory of the MPS daemons' pipes, logs and shm; needed with sharing.mps
+    /// [env: MPS_ROOT] (NVIDIA's Helm chart: /run/nvidia/mps)
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
+    pub mps_root: Option<PathBuf>,
 
     /// Directory for our gRPC sockets [env: NVSHIM_SOCKET_DIR]
     /// [default: the kubelet socket's directory, else /var/lib/kubelet/device-plugins]
-    #[arg(long, value_name = "DIR", value_parser = path_parser())]
+    #[arg(long, global = true, value_name = "DIR", value_parser = path_parser())]
     pub socket_dir: Option<PathBuf>,
 
     /// Serve /healthz and /readyz on this IP:PORT [env: NVSHIM_HEALTH_ADDR] [default: off]
-    #[arg(long, value_name = "IP:PORT")]
+    #[arg(long, global = true, value_name = "IP:PORT")]
     pub health_addr: Option<SocketAddr>,
 
     /// Serve Prometheus /metrics on this IP:PORT (:PORT: every interface)
     /// [env: NVSHIM_METRICS_ADDR] [default: off]
-    #[arg(long, value_name = "[IP]:PORT", value_parser = parse_listen_addr)]
+    #[arg(long, global = true, value_name = "[IP]:PORT", value_parser = parse_listen_addr)]
     pub metrics_addr: Option<SocketAddr>,
 
     /// Kubelet's pod-resources socket, for the pod labels of GPU metrics; "" for none
     /// [env: NVSHIM_POD_RESOURCES_SOCKET] [default: /var/lib/kubelet/pod-resources/kubelet.sock]
-    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
     pub pod_resources_socket: Option<PathBuf>,
 
     /// The libnvidia-ml.so.1 to load [env: NVSHIM_NVML_LIB] [default: found under the driver root]
-    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
     pub nvml_lib: Option<PathBuf>,
 
     /// Log filter, e.g. info or nvshim=debug [env: NVSHIM_LOG_LEVEL]
-    #[arg(long, value_name = "FILTER")]
+    #[arg(long, global = true, value_name = "FILTER")]
     pub log_level: Option<String>,
+
+    /// Without a subcommand: serve the device plugin.
+    #[command(subcommand)]
+    pub command: Option<PluginCommand>,
+}
+
+/// The other roles of the binary. Every flag is global (before or after the
+/// subcommand), and flags and env vars mean the same for each role, so all roles read
+/// one config the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Run an MPS control daemon per resource shared with sharing.mps (NVIDIA's
+    /// mps-control-daemon), supervise them, stop them on SIGTERM/SIGINT
+    MpsControlDaemon,
 }
 
 impl PluginArgs {

@@ -138,8 +138,17 @@ fn env_vars() {
                 ("MOFED_ENABLED", "False"),
                 ("IMEX_CHANNEL_IDS", ""),
                 ("DEVICE_DISCOVERY_STRATEGY", "auto"),
-                ("MPS_ROOT", "/run/nvidia/mps"),
             ],
+            Settings::default(),
+        ),
+        (
+            "MPS_ROOT without sharing.mps",
+            vec![("MPS_ROOT", "/run/nvidia/mps")],
+            with(|s| s.mps_root = Some("/run/nvidia/mps".into())),
+        ),
+        (
+            "empty MPS_ROOT is unset",
+            vec![("MPS_ROOT", "")],
             Settings::default(),
         ),
         (
@@ -156,7 +165,12 @@ fn env_vars() {
 
 #[test]
 fn env_errors() {
-    let cases: [ErrorCase; 14] = [
+    let cases: [ErrorCase; 15] = [
+        (
+            "relative MPS_ROOT",
+            &[("MPS_ROOT", "run/mps")],
+            &["MPS_ROOT: \"run/mps\" is not an absolute path"],
+        ),
         (
             "bool",
             &[("FAIL_ON_INIT_ERROR", "yes")],

@@ -111,37 +111,67 @@ pub enum PluginConfigError {
         "{at}: resources: resource renaming is not supported (NVIDIA's plugin disables it too); remove the key"
     )]
     ResourceNaming { at: FileSpot },
-    #[error("{at}: sharing.mps is not supported by nvshim (use sharing.timeSlicing)")]
-    Mps { at: FileSpot },
-    #[error("{at}: sharing.timeSlicing.resources is empty (list at least one resource to share)")]
-    NoSharedResources { at: FileSpot },
     #[error(
-        "{at}: sharing.timeSlicing.resources: cannot share {name:?} (valid: nvidia.com/gpu, nvidia.com/mig-<profile>)"
+        "{at}: sharing.timeSlicing and sharing.mps ({mps}) are both set; a resource is shared one way (NVIDIA's plugin silently uses sharing.mps): remove one"
     )]
-    SharedResourceName { at: FileSpot, name: String },
-    #[error("{at}: sharing.timeSlicing.resources: {name:?} is listed twice")]
-    DuplicateSharedResource { at: FileSpot, name: String },
+    BothSharing { at: FileSpot, mps: FileSpot },
+    #[error("{at}: {key}.resources is empty (list at least one resource to share)")]
+    NoSharedResources { at: FileSpot, key: &'static str },
+    /// `valid` lists what the sharing kind can share: MPS cannot share MIG devices.
+    #[error("{at}: {key}.resources: cannot share {name:?} (valid: {valid})")]
+    SharedResourceName {
+        at: FileSpot,
+        key: &'static str,
+        name: String,
+        valid: &'static str,
+    },
+    #[error("{at}: {key}.resources: {name:?} is listed twice")]
+    DuplicateSharedResource {
+        at: FileSpot,
+        key: &'static str,
+        name: String,
+    },
     #[error(
-        "{at}: sharing.timeSlicing.resources: {name:?}: replicas {replicas} is out of range (valid: 2 to {})",
+        "{at}: {key}.resources: {name:?}: replicas {replicas} is out of range (valid: 2 to {})",
         u32::MAX
     )]
     Replicas {
         at: FileSpot,
+        key: &'static str,
         name: String,
         replicas: i64,
     },
     #[error(
-        "{at}: sharing.timeSlicing.resources: {name:?}: nvshim supports only `devices: all` (NVIDIA's plugin ignores other values)"
+        "{at}: {key}.resources: {name:?}: nvshim supports only `devices: all` (NVIDIA's plugin ignores other values)"
     )]
-    SharedDevices { at: FileSpot, name: String },
+    SharedDevices {
+        at: FileSpot,
+        key: &'static str,
+        name: String,
+    },
     #[error(
-        "{at}: sharing.timeSlicing.resources: {name:?}: rename {rename:?} is not supported by nvshim, which has no per-resource rename (use renameByDefault)"
+        "{at}: {key}.resources: {name:?}: rename {rename:?} is not supported by nvshim, which has no per-resource rename (use renameByDefault)"
     )]
     Rename {
         at: FileSpot,
+        key: &'static str,
         name: String,
         rename: String,
     },
+    /// `sharing.mps` without a root for the daemons' pipes; `at` is where `sharing.mps` is.
+    #[error(
+        "{at}: sharing.mps needs an MPS root: set --mps-root, MPS_ROOT or flags.mpsRoot (NVIDIA's Helm chart uses /run/nvidia/mps)"
+    )]
+    MpsRootMissing { at: FileSpot },
+    #[error("{at}: flags.mpsRoot: {value:?} is not an absolute path")]
+    MpsRootRelative { at: FileSpot, value: String },
+    #[error("{name}: {value:?} is not an absolute path")]
+    MpsRootRelativeArg { name: &'static str, value: String },
+    /// `sharing.mps` with the `mixed` MIG strategy, which NVIDIA's plugin refuses too.
+    #[error(
+        "{at}: sharing.mps cannot be used with mig-strategy=mixed (NVIDIA's plugin refuses it too; use mig-strategy none)"
+    )]
+    MpsMixedMig { at: FileSpot },
 }
 
 impl PluginConfigError {

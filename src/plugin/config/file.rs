@@ -19,11 +19,11 @@ use serde_saphyr::Spanned;
 use super::error::FileSpot;
 use super::values::parse_device_list_strategies;
 use super::{
-    DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginConfigError, SharedResource,
-    TimeSlicing,
+    DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginConfigError, SharedResource, Sharing,
+    SharingStrategy,
 };
 
-/// The resource names time-slicing may share: this one, or `nvidia.com/mig-<profile>`.
+/// The resource names time-slicing and MPS may share: this one, or `nvidia.com/mig-<profile>`.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
 
@@ -39,7 +39,12 @@ pub struct FileSettings {
     pub device_list_strategies: Option<Vec<DeviceListStrategy>>,
     pub device_id_strategy: Option<DeviceIdStrategy>,
     pub cdi_annotation_prefix: Option<String>,
-    pub time_slicing: Option<TimeSlicing>,
+    /// `flags.mpsRoot`, absolute.
+    pub mps_root: Option<PathBuf>,
+    /// `sharing.timeSlicing` or `sharing.mps` (never both).
+    pub sharing: Option<Sharing>,
+    /// Where the `sharing.*` key is, for the checks that need the other settings too.
+    pub sharing_at: Option<FileSpot>,
 }
 
 #[derive(Deserialize)]
@@ -63,9 +68,7 @@ struct RawFlags {
     gds_enabled: Option<Spanned<bool>>,
     mofed_enabled: Option<Spanned<bool>>,
     device_discovery_strategy: Option<Spanned<String>>,
-    /// MPS only; nvshim rejects `sharing.mps` instead.
-    #[serde(rename = "mpsRoot")]
-    _mps_root: Option<IgnoredAny>,
+    mps_root: Option<Spanned<String>>,
     /// GFD only.
     #[serde(rename = "useNodeFeatureAPI")]
     _use_node_feature_api: Option<IgnoredAny>,
@@ -118,13 +121,14 @@ struct RawResources {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawSharing {
-    time_slicing: Option<Spanned<RawTimeSlicing>>,
-    mps: Option<Spanned<IgnoredAny>>,
+    time_slicing: Option<Spanned<RawSharingKind>>,
+    mps: Option<Spanned<RawSharingKind>>,
 }
 
+/// The body of `sharing.timeSlicing` and of `sharing.mps`: NVIDIA gives both one shape.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawTimeSlicing {
+struct RawSharingKind {
     rename_by_default: Option<bool>,
     fail_requests_greater_than_one: Option<bool>,
     resources: Option<Spanned<Vec<RawSharedResource>>>,
@@ -278,11 +282,22 @@ impl Checker<'_> {
             None => FileSettings::default(),
         };
         if let Some(sharing) = raw.sharing {
-            if let Some(mps) = &sharing.mps {
-                return Err(PluginConfigError::Mps { at: self.at(mps) });
-            }
-            if let Some(time_slicing) = sharing.time_slicing {
-                out.time_slicing = Some(self.time_slicing(time_slicing)?);
+            let chosen = match (sharing.time_slicing, sharing.mps) {
+                // NVIDIA's plugin quietly prefers MPS; a config that says both means one
+                // of them by mistake, so say which two keys clash.
+                (Some(time_slicing), Some(mps)) => {
+                    return Err(PluginConfigError::BothSharing {
+                        at: self.at(&time_slicing),
+                        mps: self.at(&mps),
+                    });
+                }
+                (Some(time_slicing), None) => Some((time_slicing, SharingStrategy::TimeSlicing)),
+                (None, Some(mps)) => Some((mps, SharingStrategy::Mps)),
+                (None, None) => None,
+            };
+            if let Some((spanned, strategy)) = chosen {
+                out.sharing_at = Some(self.at(&spanned));
+                out.sharing = Some(self.sharing(spanned, strategy)?);
             }
         }
         Ok(out)
@@ -314,7 +329,20 @@ impl Checker<'_> {
                 },
             ));
         }
+        let mps_root = match flags.mps_root.filter(|root| !root.value.is_empty()) {
+            // Relative to what? The daemon and the plugin run in different containers;
+            // only an absolute host path means the same directory to both.
+            Some(root) if !Path::new(&root.value).is_absolute() => {
+                return Err(PluginConfigError::MpsRootRelative {
+                    at: self.at(&root),
+                    value: root.value,
+                });
+            }
+            Some(root) => Some(PathBuf::from(root.value)),
+            None => None,
+        };
         let mut out = FileSettings {
+            mps_root,
             mig_strategy: self.parsed(flags.mig_strategy.as_ref(), "flags.migStrategy")?,
             fail_on_init_error: flags.fail_on_init_error,
             driver_root: non_empty(flags.nvidia_driver_root).map(PathBuf::from),
@@ -365,27 +393,42 @@ impl Checker<'_> {
         Ok(strategies)
     }
 
-    fn time_slicing(
+    /// `sharing.timeSlicing` or `sharing.mps`, checked the same way.
+    fn sharing(
         &self,
-        spanned: Spanned<RawTimeSlicing>,
-    ) -> Result<TimeSlicing, PluginConfigError> {
+        spanned: Spanned<RawSharingKind>,
+        strategy: SharingStrategy,
+    ) -> Result<Sharing, PluginConfigError> {
+        let key = strategy.key();
         let at = self.at(&spanned);
         let raw = spanned.value;
         let Some(list) = raw.resources.filter(|list| !list.value.is_empty()) else {
-            return Err(PluginConfigError::NoSharedResources { at });
+            return Err(PluginConfigError::NoSharedResources { at, key });
         };
         let mut resources: Vec<SharedResource> = Vec::with_capacity(list.value.len());
         for resource in list.value {
             let name = resource.name.value.clone();
-            if !is_shareable(&name) {
+            // MPS shares whole GPUs only (MIG is refused with it), so a MIG resource
+            // under sharing.mps could never match anything.
+            let (shareable, valid) = match strategy {
+                SharingStrategy::TimeSlicing => (
+                    is_shareable(&name),
+                    "nvidia.com/gpu, nvidia.com/mig-<profile>",
+                ),
+                SharingStrategy::Mps => (name == GPU_RESOURCE, "nvidia.com/gpu"),
+            };
+            if !shareable {
                 return Err(PluginConfigError::SharedResourceName {
                     at: self.at(&resource.name),
+                    key,
                     name,
+                    valid,
                 });
             }
             if resources.iter().any(|r| r.name == name) {
                 return Err(PluginConfigError::DuplicateSharedResource {
                     at: self.at(&resource.name),
+                    key,
                     name,
                 });
             }
@@ -394,6 +437,7 @@ impl Checker<'_> {
             if let Some(rename) = resource.rename.as_ref().filter(|r| !r.value.is_empty()) {
                 return Err(PluginConfigError::Rename {
                     at: self.at(rename),
+                    key,
                     name,
                     rename: rename.value.clone(),
                 });
@@ -403,6 +447,7 @@ impl Checker<'_> {
             {
                 return Err(PluginConfigError::SharedDevices {
                     at: self.at(devices),
+                    key,
                     name,
                 });
             }
@@ -411,14 +456,20 @@ impl Checker<'_> {
                 .filter(|&n| n >= 2)
                 .ok_or_else(|| PluginConfigError::Replicas {
                     at: self.at(&resource.replicas),
+                    key,
                     name: name.clone(),
                     replicas: resource.replicas.value,
                 })?;
             resources.push(SharedResource { name, replicas });
         }
-        Ok(TimeSlicing {
+        Ok(Sharing {
+            strategy,
             rename_by_default: raw.rename_by_default.unwrap_or(false),
-            fail_requests_greater_than_one: raw.fail_requests_greater_than_one.unwrap_or(false),
+            // NVIDIA's defaults: an MPS replica is a fixed slice of the GPU, so two of
+            // them in one container is almost surely a mistake.
+            fail_requests_greater_than_one: raw
+                .fail_requests_greater_than_one
+                .unwrap_or(strategy == SharingStrategy::Mps),
             resources,
         })
     }

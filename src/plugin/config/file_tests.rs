@@ -24,7 +24,8 @@ sharing: {timeSlicing: {renameByDefault: false, failRequestsGreaterThanOne: true
 imex: {channelIDs: [], required: false}
 ";
     let want = from_file(|s| {
-        s.time_slicing = Some(TimeSlicing {
+        s.sharing = Some(Sharing {
+            strategy: SharingStrategy::TimeSlicing,
             rename_by_default: false,
             fail_requests_greater_than_one: true,
             resources: vec![gpu(4)],
@@ -92,9 +93,9 @@ fn file_keys() {
             from_file(|_| {}),
         ),
         (
-            "ignored flags",
+            "ignored flags, mps root",
             "flags: {mpsRoot: /run/nvidia/mps, useNodeFeatureAPI: true}",
-            from_file(|_| {}),
+            from_file(|s| s.mps_root = Some("/run/nvidia/mps".into())),
         ),
         (
             "gfd keys",
@@ -148,6 +149,34 @@ fn file_keys() {
         ),
         ("null mps", "sharing: {mps: null}", from_file(|_| {})),
         (
+            "mps defaults",
+            "flags: {mpsRoot: /run/nvidia/mps}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+            from_file(|s| {
+                s.mps_root = Some("/run/nvidia/mps".into());
+                s.sharing = Some(Sharing {
+                    strategy: SharingStrategy::Mps,
+                    rename_by_default: false,
+                    // NVIDIA's default for MPS, unlike time-slicing's.
+                    fail_requests_greater_than_one: true,
+                    resources: vec![gpu(2)],
+                });
+            }),
+        ),
+        (
+            "mps full, single strategy",
+            "flags: {migStrategy: single, mpsRoot: /mps}\nsharing: {mps: {renameByDefault: true, failRequestsGreaterThanOne: false, resources: [{name: nvidia.com/gpu, replicas: 10, devices: all}]}}",
+            from_file(|s| {
+                s.mig_strategy = MigStrategy::Single;
+                s.mps_root = Some("/mps".into());
+                s.sharing = Some(Sharing {
+                    strategy: SharingStrategy::Mps,
+                    rename_by_default: true,
+                    fail_requests_greater_than_one: false,
+                    resources: vec![gpu(10)],
+                });
+            }),
+        ),
+        (
             "imex off",
             "imex: {channelIDs: [], required: true}",
             from_file(|_| {}),
@@ -156,7 +185,8 @@ fn file_keys() {
             "time-slicing defaults",
             "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
             from_file(|s| {
-                s.time_slicing = Some(TimeSlicing {
+                s.sharing = Some(Sharing {
+                    strategy: SharingStrategy::TimeSlicing,
                     rename_by_default: false,
                     fail_requests_greater_than_one: false,
                     resources: vec![gpu(2)],
@@ -167,7 +197,8 @@ fn file_keys() {
             "time-slicing full",
             "sharing:\n  timeSlicing:\n    renameByDefault: true\n    failRequestsGreaterThanOne: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n      devices: all\n      rename: ''\n    - name: nvidia.com/mig-1g.10gb.me\n      replicas: 3\n",
             from_file(|s| {
-                s.time_slicing = Some(TimeSlicing {
+                s.sharing = Some(Sharing {
+                    strategy: SharingStrategy::TimeSlicing,
                     rename_by_default: true,
                     fail_requests_greater_than_one: true,
                     resources: vec![
@@ -348,17 +379,70 @@ fn file_errors() {
             ],
         ),
         (
-            "mps",
+            "mps without a root",
             "sharing:\n  mps:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n",
             vec![
                 at(3),
-                "sharing.mps is not supported by nvshim (use sharing.timeSlicing)".into(),
+                "sharing.mps needs an MPS root: set --mps-root, MPS_ROOT or flags.mpsRoot".into(),
             ],
         ),
         (
+            "mps with an empty root",
+            "flags: {mpsRoot: ''}\nsharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}",
+            vec![at(2), "sharing.mps needs an MPS root".into()],
+        ),
+        (
+            "mps root relative",
+            "flags:\n  mpsRoot: run/mps\n",
+            vec![at(2), "flags.mpsRoot: \"run/mps\" is not an absolute path".into()],
+        ),
+        (
             "mps and time-slicing",
-            "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}, mps: {}}",
-            vec!["sharing.mps is not supported".into()],
+            "sharing:\n  timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n  mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n",
+            vec![
+                at(2),
+                format!("sharing.timeSlicing and sharing.mps ({F}:3) are both set"),
+                "NVIDIA's plugin silently uses sharing.mps".into(),
+            ],
+        ),
+        (
+            "mps with mixed MIG",
+            "flags: {migStrategy: mixed, mpsRoot: /mps}\nsharing:\n  mps: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n",
+            vec![
+                at(3),
+                "sharing.mps cannot be used with mig-strategy=mixed".into(),
+            ],
+        ),
+        (
+            "mps replicas 1",
+            "flags: {mpsRoot: /mps}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n",
+            vec![
+                at(6),
+                "sharing.mps.resources: \"nvidia.com/gpu\": replicas 1 is out of range (valid: 2 to 4294967295)".into(),
+            ],
+        ),
+        (
+            "mps no resources",
+            "flags: {mpsRoot: /mps}\nsharing:\n  mps: {renameByDefault: true}\n",
+            vec![at(3), "sharing.mps.resources is empty".into()],
+        ),
+        (
+            "mps resource name",
+            "flags: {mpsRoot: /mps}\nsharing: {mps: {resources: [{name: nvidia.com/gpus, replicas: 2}]}}",
+            vec!["sharing.mps.resources: cannot share \"nvidia.com/gpus\"".into()],
+        ),
+        (
+            "mps of a MIG profile",
+            "flags: {mpsRoot: /mps}\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n",
+            vec![
+                at(5),
+                "sharing.mps.resources: cannot share \"nvidia.com/mig-1g.10gb\" (valid: nvidia.com/gpu)".into(),
+            ],
+        ),
+        (
+            "mps unknown key",
+            "flags: {mpsRoot: /mps}\nsharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 2}], replicas: 2}}",
+            vec![F.into(), "unknown field `replicas`".into()],
         ),
         (
             "no resources",

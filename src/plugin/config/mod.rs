@@ -1,7 +1,7 @@
 //! The plugin's settings: NVIDIA's flags, env vars and YAML config file (`version: v1`),
 //! resolved once with the precedence flag > env > file > default into an immutable
 //! [`Settings`]. Unlike NVIDIA's plugin, unknown keys and bad values are errors, and so
-//! are NVIDIA features nvshim does not implement (MPS, GDS, IMEX, …).
+//! are NVIDIA features nvshim does not implement (GDS, IMEX, …).
 //!
 //! ```text
 //! args      PluginArgs: the command line (clap) and the env var names
@@ -23,6 +23,8 @@ mod values;
 mod env_tests;
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod mps_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -75,13 +77,55 @@ pub enum DeviceIdStrategy {
     Index,
 }
 
-/// `sharing.timeSlicing`.
+/// How the replicas of a shared resource share their GPU: NVIDIA's two sharing kinds,
+/// `sharing.timeSlicing` and `sharing.mps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SharingStrategy {
+    /// The GPU's own time-slicing: no memory or compute limits between replicas.
+    TimeSlicing,
+    /// One MPS control daemon per resource; each replica gets `100/replicas` % of the
+    /// SMs and `memory/replicas` of the memory.
+    Mps,
+}
+
+impl SharingStrategy {
+    /// The config file key that selects it.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::TimeSlicing => "sharing.timeSlicing",
+            Self::Mps => "sharing.mps",
+        }
+    }
+
+    /// GFD's `gpu.sharing-strategy` value for it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::TimeSlicing => "time-slicing",
+            Self::Mps => "mps",
+        }
+    }
+}
+
+/// `sharing.timeSlicing` or `sharing.mps`: one shape for both, as in NVIDIA's schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TimeSlicing {
+pub struct Sharing {
+    pub strategy: SharingStrategy,
     pub rename_by_default: bool,
+    /// NVIDIA's default: `false` for time-slicing, `true` for MPS.
     pub fail_requests_greater_than_one: bool,
     /// Non-empty; each `replicas >= 2`.
     pub resources: Vec<SharedResource>,
+}
+
+impl Sharing {
+    /// The replicas per unit of `resource`, when this sharing names it.
+    pub fn replicas(&self, resource: &str) -> Option<u32> {
+        self.resources
+            .iter()
+            .find(|r| r.name == resource)
+            .map(|r| r.replicas)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -145,7 +189,11 @@ pub struct Settings {
     pub kubelet_socket: Option<PathBuf>,
     /// Where our own sockets go: `--socket-dir`, default the kubelet socket's directory.
     pub socket_dir: PathBuf,
-    pub time_slicing: Option<TimeSlicing>,
+    /// `sharing.timeSlicing` or `sharing.mps`.
+    pub sharing: Option<Sharing>,
+    /// `--mps-root`: the host directory of the MPS daemons' pipes, logs and shm;
+    /// required (and only used) with `sharing.mps`.
+    pub mps_root: Option<PathBuf>,
     pub health_checks: HealthChecks,
     /// `--health-addr`: serve `/healthz` and `/readyz` here (off when `None`).
     pub health_addr: Option<SocketAddr>,
@@ -173,7 +221,8 @@ impl Default for Settings {
             cdi_annotation_prefix: "cdi.k8s.io/".to_string(),
             kubelet_socket: Some(PathBuf::from(KUBELET_SOCKET)),
             socket_dir: PathBuf::from(DEVICE_PLUGIN_DIR),
-            time_slicing: None,
+            sharing: None,
+            mps_root: None,
             health_checks: HealthChecks::default(),
             health_addr: None,
             metrics_addr: None,

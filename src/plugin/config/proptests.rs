@@ -75,7 +75,7 @@ fn arb_strategies() -> impl Strategy<Value = Vec<DeviceListStrategy>> {
     prop::collection::vec(prop::sample::select(DeviceListStrategy::ALL.to_vec()), 1..6)
 }
 
-fn arb_time_slicing() -> impl Strategy<Value = Option<TimeSlicing>> {
+fn arb_sharing() -> impl Strategy<Value = Option<Sharing>> {
     let resource = (
         prop_oneof![
             Just(GPU_RESOURCE.to_owned()),
@@ -94,13 +94,30 @@ fn arb_time_slicing() -> impl Strategy<Value = Option<TimeSlicing>> {
         });
         resources
     });
-    prop::option::of((any::<bool>(), any::<bool>(), resources).prop_map(
-        |(rename_by_default, fail_requests_greater_than_one, resources)| TimeSlicing {
-            rename_by_default,
-            fail_requests_greater_than_one,
-            resources,
-        },
-    ))
+    let strategy = prop_oneof![
+        Just(SharingStrategy::TimeSlicing),
+        Just(SharingStrategy::Mps)
+    ];
+    prop::option::of(
+        (strategy, any::<bool>(), any::<bool>(), resources).prop_map(
+            |(strategy, rename_by_default, fail_requests_greater_than_one, mut resources)| {
+                if strategy == SharingStrategy::Mps {
+                    // MPS shares whole GPUs only.
+                    let replicas = resources[0].replicas;
+                    resources = vec![SharedResource {
+                        name: GPU_RESOURCE.to_owned(),
+                        replicas,
+                    }];
+                }
+                Sharing {
+                    strategy,
+                    rename_by_default,
+                    fail_requests_greater_than_one,
+                    resources,
+                }
+            },
+        ),
+    )
 }
 
 /// A config file for the given settings, in block or flow style.
@@ -128,9 +145,13 @@ fn render(s: &Settings, flow_strategies: bool) -> String {
         s.device_id_strategy,
         s.cdi_annotation_prefix,
     );
-    if let Some(ts) = &s.time_slicing {
+    if let Some(root) = &s.mps_root {
+        yaml.push_str(&format!("  mpsRoot: {}\n", root.display()));
+    }
+    if let Some(ts) = &s.sharing {
+        let kind = ts.strategy.key().trim_start_matches("sharing.");
         yaml.push_str(&format!(
-            "sharing:\n  timeSlicing:\n    renameByDefault: {}\n    failRequestsGreaterThanOne: {}\n    resources:\n",
+            "sharing:\n  {kind}:\n    renameByDefault: {}\n    failRequestsGreaterThanOne: {}\n    resources:\n",
             ts.rename_by_default, ts.fail_requests_greater_than_one
         ));
         for r in &ts.resources {
@@ -198,10 +219,13 @@ proptest! {
         driver_root in "/[a-z]{1,8}(/[a-z0-9]{1,8}){0,2}",
         dev_root in "/[a-z]{1,8}",
         prefix in "[a-z]{1,8}\\.io/",
-        time_slicing in arb_time_slicing(),
+        sharing in arb_sharing(),
     ) {
+        // MPS needs a root and whole GPUs.
+        let mps = sharing.as_ref().is_some_and(|s| s.strategy == SharingStrategy::Mps);
         let mut want = Settings {
-            mig_strategy: mig,
+            mig_strategy: if mps && mig == MigStrategy::Mixed { MigStrategy::None } else { mig },
+            mps_root: mps.then(|| "/run/nvidia/mps".into()),
             fail_on_init_error: fail,
             driver_root: driver_root.into(),
             dev_root: dev_root.into(),
@@ -209,7 +233,7 @@ proptest! {
             device_list_strategies: strategies,
             device_id_strategy: id,
             cdi_annotation_prefix: prefix,
-            time_slicing,
+            sharing,
             config_file: Some(FILE.into()),
             ..Settings::default()
         };

@@ -17,16 +17,17 @@ use super::args::{
     ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
     ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED, ENV_GDS_ENABLED,
     ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY,
-    ENV_MOFED_ENABLED, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
+    ENV_MOFED_ENABLED, ENV_MPS_ROOT, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
     ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SOCKET_DIR,
 };
+use super::error::FileSpot;
 use super::file::{FileSettings, load_file};
 use super::values::{
     dedup_strategies, parse_bool, parse_device_list_strategies, parse_listen_addr,
 };
 use super::{
     DEVICE_PLUGIN_DIR, DeviceIdStrategy, DeviceListStrategy, HealthChecks, KUBELET_SOCKET,
-    MigStrategy, POD_RESOURCES_SOCKET, PluginArgs, PluginConfigError, Settings,
+    MigStrategy, POD_RESOURCES_SOCKET, PluginArgs, PluginConfigError, Settings, SharingStrategy,
 };
 
 /// An env lookup: `Some(value)` when the variable is set (possibly to `""`).
@@ -106,11 +107,19 @@ pub(super) fn merge(
         .or_else(|| env.0(ENV_POD_RESOURCES_SOCKET).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(POD_RESOURCES_SOCKET));
     let pod_resources_socket = non_empty_path(Some(pod_resources_socket));
+    let mps_root = match non_empty_path(args.mps_root.clone()) {
+        Some(root) => Some(absolute(root, "--mps-root")?),
+        None => env
+            .path(ENV_MPS_ROOT)
+            .map(|root| absolute(root, ENV_MPS_ROOT))
+            .transpose()?,
+    }
+    .or_else(|| file.mps_root.clone());
     let socket_dir = non_empty_path(args.socket_dir.clone())
         .or_else(|| env.path(ENV_SOCKET_DIR))
         .unwrap_or_else(|| default_socket_dir(kubelet_socket.as_deref()));
 
-    Ok(Settings {
+    let settings = Settings {
         mig_strategy: args
             .mig_strategy
             .or(mig_strategy)
@@ -143,14 +152,54 @@ pub(super) fn merge(
             .unwrap_or(defaults.cdi_annotation_prefix),
         kubelet_socket,
         socket_dir,
-        time_slicing: file.time_slicing.clone(),
+        sharing: file.sharing.clone(),
+        mps_root,
         health_checks,
         health_addr: args.health_addr.or(health_addr),
         metrics_addr: args.metrics_addr.or(metrics_addr),
         pod_resources_socket,
         nvml_library: non_empty_path(args.nvml_lib.clone()).or_else(|| env.path(ENV_NVML_LIB)),
         config_file,
-    })
+    };
+    check_mps(&settings, file.sharing_at.as_ref())?;
+    Ok(settings)
+}
+
+/// What MPS needs from the other settings, checked once they are all known (the MIG
+/// strategy and the root may come from a flag): a root for the daemons' pipes, and
+/// whole GPUs (NVIDIA's plugin refuses `mixed` with MPS as well). MIG devices on the
+/// node are refused later, by `resources::build`, which sees the inventory.
+fn check_mps(settings: &Settings, at: Option<&FileSpot>) -> Result<(), PluginConfigError> {
+    let Some(sharing) = &settings.sharing else {
+        return Ok(());
+    };
+    if sharing.strategy != SharingStrategy::Mps {
+        return Ok(());
+    }
+    let at = at.cloned().unwrap_or_else(|| FileSpot {
+        path: settings.config_file.clone().unwrap_or_default(),
+        line: 0,
+    });
+    if settings.mig_strategy == MigStrategy::Mixed {
+        return Err(PluginConfigError::MpsMixedMig { at });
+    }
+    if settings.mps_root.is_none() {
+        return Err(PluginConfigError::MpsRootMissing { at });
+    }
+    Ok(())
+}
+
+/// An MPS root given on the command line or in the environment must be absolute: the
+/// daemon and the plugin run in different containers.
+fn absolute(path: PathBuf, name: &'static str) -> Result<PathBuf, PluginConfigError> {
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(PluginConfigError::MpsRootRelativeArg {
+            name,
+            value: path.display().to_string(),
+        })
+    }
 }
 
 /// Where our sockets go when not told: beside the kubelet's socket, or kubelet's

@@ -344,8 +344,8 @@ fn command_line_errors() {
         ),
         (
             "unknown flag",
-            &["--mps-root=/run/nvidia/mps"],
-            &["--mps-root"],
+            &["--mps-dir=/run/nvidia/mps"],
+            &["--mps-dir"],
         ),
     ];
     for (case, args, want) in cases {

@@ -232,6 +232,7 @@ mod tests {
     use super::api::{self, ContainerDevices, ContainerResources, ListPodResourcesResponse};
     use super::*;
     use crate::inventory::{DriverInfo, Gpu, MigDevice};
+    use crate::plugin::config::SharingStrategy;
     use crate::plugin::resources::{Device, Unit};
 
     fn inventory() -> Inventory {
@@ -275,6 +276,7 @@ mod tests {
             runtime_id: format!("GPU-{gpu}"),
             numa_node: None,
             bus_id: String::new(),
+            memory_mib: None,
             nodes: vec![PathBuf::from(format!("/dev/nvidia{gpu}"))],
         };
         Resource {
@@ -283,6 +285,7 @@ mod tests {
                 .flat_map(|g| (0..2).map(move |r| device(g, r)))
                 .collect(),
             replicas: Some(2),
+            sharing: Some(SharingStrategy::TimeSlicing),
             fail_requests_greater_than_one: false,
         }
     }

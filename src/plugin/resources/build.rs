@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Inventory × Settings → the advertised resources, following NVIDIA's MIG strategies
-//! (`none`, `single`, `mixed`), ID strategies and time-slicing replicas.
+//! (`none`, `single`, `mixed`), ID strategies and the replicas of time-slicing and MPS.
 //!
 //! Reads sysfs (each GPU's `numa_node`) and nothing else; the caller passes the text
 //! of `mig-minors` when it wants the MIG capability nodes. Decides nothing about
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::discover::parse_mig_minors;
 use crate::discover::table::{CAPS_DIR, MIG_MINORS};
 use crate::inventory::{Gpu, Inventory, MigDevice};
-use crate::plugin::config::{DeviceIdStrategy, MigStrategy, Settings};
+use crate::plugin::config::{DeviceIdStrategy, MigStrategy, Settings, SharingStrategy};
 
 use super::{
     Device, GPU_RESOURCE, MIG_RESOURCE_PREFIX, REPLICA_SEPARATOR, Resource, SHARED_SUFFIX, Unit,
@@ -63,6 +63,11 @@ pub enum ResourceError {
         first: String,
         second: String,
     },
+    #[error(
+        "sharing.mps cannot share GPUs with MIG enabled (NVIDIA's plugin refuses it too), \
+         but MIG is enabled on GPUs {gpus}: disable MIG or use sharing.timeSlicing"
+    )]
+    MpsWithMig { gpus: String },
     #[error("{MIG_MINORS} has no entry {name:?} for MIG device {uuid}")]
     MigMinors { name: String, uuid: String },
 }
@@ -91,6 +96,18 @@ pub fn build_with_mig_minors(
 ) -> Result<Vec<Resource>, ResourceError> {
     let mut gpus: Vec<&Gpu> = inventory.gpus.iter().collect();
     gpus.sort_by_key(|g| g.index);
+    if settings
+        .sharing
+        .as_ref()
+        .is_some_and(|s| s.strategy == SharingStrategy::Mps)
+    {
+        let mig: Vec<&Gpu> = gpus.iter().copied().filter(|g| mig_on(g)).collect();
+        if !mig.is_empty() {
+            return Err(ResourceError::MpsWithMig {
+                gpus: gpu_list(mig),
+            });
+        }
+    }
     let minors: Option<HashMap<&str, u32>> =
         mig_minors.map(|text| parse_mig_minors(text).into_iter().collect());
     let mut groups: BTreeMap<String, Vec<Base>> = BTreeMap::new();
@@ -113,6 +130,7 @@ pub fn build_with_mig_minors(
                     },
                     numa_node,
                     bus_id: gpu.bus_id.clone(),
+                    memory_mib: gpu.memory_bytes.map(mib),
                     nodes: vec![gpu_node],
                 }),
             Advertise::Mig { mixed } => {
@@ -140,6 +158,7 @@ pub fn build_with_mig_minors(
                         },
                         numa_node,
                         bus_id: gpu.bus_id.clone(),
+                        memory_mib: mig.memory_bytes.map(mib),
                         nodes,
                     });
                 }
@@ -187,7 +206,12 @@ struct Base {
     runtime_id: String,
     numa_node: Option<i64>,
     bus_id: String,
+    memory_mib: Option<u64>,
     nodes: Vec<PathBuf>,
+}
+
+fn mib(bytes: u64) -> u64 {
+    bytes / (1024 * 1024)
 }
 
 /// How one GPU is advertised.
@@ -330,14 +354,13 @@ fn mig_cap_nodes(
 }
 
 /// Turns a group of units into a resource, with `replicas` devices per unit when
-/// time-slicing names the resource (and the `.shared` name with `renameByDefault`).
+/// time-slicing or MPS names the resource (and the `.shared` name with
+/// `renameByDefault`): both kinds of sharing advertise the same replicas.
 fn expand(name: String, bases: Vec<Base>, settings: &Settings) -> Resource {
-    let shared = settings.time_slicing.as_ref().and_then(|ts| {
-        ts.resources
-            .iter()
-            .find(|r| r.name == name)
-            .map(|r| (ts, r.replicas))
-    });
+    let shared = settings
+        .sharing
+        .as_ref()
+        .and_then(|sharing| sharing.replicas(&name).map(|replicas| (sharing, replicas)));
     let Some((sharing, replicas)) = shared else {
         let devices = bases
             .into_iter()
@@ -349,6 +372,7 @@ fn expand(name: String, bases: Vec<Base>, settings: &Settings) -> Resource {
                 runtime_id: b.runtime_id,
                 numa_node: b.numa_node,
                 bus_id: b.bus_id,
+                memory_mib: b.memory_mib,
                 nodes: b.nodes,
             })
             .collect();
@@ -356,6 +380,7 @@ fn expand(name: String, bases: Vec<Base>, settings: &Settings) -> Resource {
             name,
             devices,
             replicas: None,
+            sharing: None,
             fail_requests_greater_than_one: false,
         };
     };
@@ -370,6 +395,7 @@ fn expand(name: String, bases: Vec<Base>, settings: &Settings) -> Resource {
                 runtime_id: b.runtime_id.clone(),
                 numa_node: b.numa_node,
                 bus_id: b.bus_id.clone(),
+                memory_mib: b.memory_mib,
                 nodes: b.nodes.clone(),
             });
         }
@@ -383,6 +409,7 @@ fn expand(name: String, bases: Vec<Base>, settings: &Settings) -> Resource {
         name,
         devices,
         replicas: Some(replicas),
+        sharing: Some(sharing.strategy),
         fail_requests_greater_than_one: sharing.fail_requests_greater_than_one,
     }
 }

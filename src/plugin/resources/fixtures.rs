@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
-use crate::plugin::config::{SharedResource, TimeSlicing};
+use crate::plugin::config::{SharedResource, Sharing, SharingStrategy};
 
 /// `GPU-0000000<i>-…`: distinct, recognisable UUIDs.
 pub(crate) fn gpu_uuid(index: u32) -> String {
@@ -30,7 +30,7 @@ pub(crate) fn gpu(index: u32) -> Gpu {
         uuid: gpu_uuid(index),
         bus_id: bus_id(index),
         name: "NVIDIA H100 80GB HBM3".to_string(),
-        memory_bytes: None,
+        memory_bytes: Some(80 << 30),
         compute_capability: None,
         mig_enabled: Some(false),
         mig_devices: Vec::new(),
@@ -72,8 +72,24 @@ pub(crate) fn gpus(count: u32) -> Inventory {
     inventory((0..count).map(gpu).collect())
 }
 
-pub(crate) fn time_slicing(name: &str, replicas: u32, rename: bool, fail: bool) -> TimeSlicing {
-    TimeSlicing {
+pub(crate) fn time_slicing(name: &str, replicas: u32, rename: bool, fail: bool) -> Sharing {
+    sharing(SharingStrategy::TimeSlicing, name, replicas, rename, fail)
+}
+
+/// `sharing.mps` of one resource.
+pub(crate) fn mps(name: &str, replicas: u32, rename: bool, fail: bool) -> Sharing {
+    sharing(SharingStrategy::Mps, name, replicas, rename, fail)
+}
+
+fn sharing(
+    strategy: SharingStrategy,
+    name: &str,
+    replicas: u32,
+    rename: bool,
+    fail: bool,
+) -> Sharing {
+    Sharing {
+        strategy,
         rename_by_default: rename,
         fail_requests_greater_than_one: fail,
         resources: vec![SharedResource {

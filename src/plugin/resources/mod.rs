@@ -4,7 +4,7 @@
 //!
 //! A device's kubelet ID is what kubelet checkpoints, so it follows NVIDIA's plugin
 //! exactly: the GPU or MIG UUID (or index, with `device-id-strategy=index`), with
-//! `::<n>` appended for time-sliced replicas. This module only describes devices; it
+//! `::<n>` appended for time-sliced and MPS replicas. This module only describes devices; it
 //! never decides what a container gets (that is `allocate`) and never talks gRPC.
 
 mod build;
@@ -18,6 +18,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::plugin::config::SharingStrategy;
+
 pub use build::{ResourceError, build, build_with_mig_minors, read_numa_node};
 
 /// The resource full GPUs (and, with the `single` MIG strategy, MIG devices) are
@@ -25,7 +27,7 @@ pub use build::{ResourceError, build, build_with_mig_minors, read_numa_node};
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Prefix of the per-profile resources of the `mixed` MIG strategy.
 pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
-/// Appended to a time-sliced resource's name with `renameByDefault: true`.
+/// Appended to a shared resource's name with `renameByDefault: true`.
 pub const SHARED_SUFFIX: &str = ".shared";
 /// Separates a replica's base ID from its number: `GPU-…::3`.
 pub const REPLICA_SEPARATOR: &str = "::";
@@ -46,7 +48,7 @@ pub struct Device {
     /// The kubelet device ID: `GPU-…`, `MIG-…`, `3`, `3:1`, with `::<n>` for replicas.
     pub id: String,
     pub unit: Unit,
-    /// The replica number for time-sliced devices.
+    /// The replica number for shared (time-sliced or MPS) devices.
     pub replica: Option<u32>,
     /// The GPU or MIG device UUID.
     pub uuid: String,
@@ -57,6 +59,9 @@ pub struct Device {
     pub numa_node: Option<i64>,
     /// The (parent) GPU's PCI bus id in sysfs form.
     pub bus_id: String,
+    /// The GPU's (or MIG device's) memory in MiB, when the inventory knows it: MPS
+    /// splits it between the replicas.
+    pub memory_mib: Option<u64>,
     /// Host paths of the device nodes this device needs besides the control nodes
     /// (`/dev/nvidia3`, and the MIG caps nodes), under the dev root.
     pub nodes: Vec<PathBuf>,
@@ -69,8 +74,10 @@ pub struct Resource {
     pub name: String,
     /// Devices in a stable order (GPU index, MIG index, replica).
     pub devices: Vec<Device>,
-    /// Time-slicing replicas per unit, when the resource is shared.
+    /// Replicas per unit, when the resource is shared.
     pub replicas: Option<u32>,
+    /// How the replicas share their unit, when the resource is shared.
+    pub sharing: Option<SharingStrategy>,
     /// Reject a request for more than one device of a shared resource.
     pub fail_requests_greater_than_one: bool,
 }
@@ -81,6 +88,11 @@ impl Resource {
     pub fn endpoint(&self) -> String {
         let short = self.name.strip_prefix("nvidia.com/").unwrap_or(&self.name);
         format!("nvidia-{}.sock", short.replace('/', "-"))
+    }
+
+    /// Whether the resource's replicas share their GPUs through MPS.
+    pub fn is_mps(&self) -> bool {
+        self.sharing == Some(SharingStrategy::Mps)
     }
 
     /// The distinct units of this resource, in device (and so unit) order.

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use super::fixtures::{
-    bus_id, gpu, gpu_uuid, gpus, inventory, mig_gpu, mig_uuid, time_slicing, write_numa,
+    bus_id, gpu, gpu_uuid, gpus, inventory, mig_gpu, mig_uuid, mps, time_slicing, write_numa,
 };
 use super::*;
-use crate::plugin::config::{DeviceIdStrategy, MigStrategy, Settings};
+use crate::plugin::config::{DeviceIdStrategy, MigStrategy, Settings, Sharing, SharingStrategy};
 
 fn settings(mig: MigStrategy, ids: DeviceIdStrategy) -> Settings {
     Settings {
@@ -73,6 +73,7 @@ fn eight_gpus_by_uuid_and_by_index() {
                 runtime_id: id_of(i),
                 numa_node: Some(if i < 4 { 0 } else { 1 }),
                 bus_id: bus_id(i),
+                memory_mib: Some(80 * 1024),
                 nodes: vec![PathBuf::from(format!("/host/dev/nvidia{i}"))],
             };
             assert_eq!(d, &want, "{case}: GPU {i}");
@@ -82,8 +83,21 @@ fn eight_gpus_by_uuid_and_by_index() {
     }
 }
 
+/// `sharing.timeSlicing` or `sharing.mps` of one resource.
+type MakeSharing = fn(&str, u32, bool, bool) -> Sharing;
+
 #[test]
-fn time_slicing_makes_replicas() {
+fn time_slicing_and_mps_make_the_same_replicas() {
+    let kinds: [(SharingStrategy, MakeSharing); 2] = [
+        (SharingStrategy::TimeSlicing, time_slicing),
+        (SharingStrategy::Mps, mps),
+    ];
+    for (kind, make) in kinds {
+        replicas_of(kind, make);
+    }
+}
+
+fn replicas_of(kind: SharingStrategy, make: MakeSharing) {
     let sysfs = tempfile::tempdir().unwrap();
     let cases = [
         (
@@ -102,13 +116,15 @@ fn time_slicing_makes_replicas() {
         ),
     ];
     for (case, rename, fail, name, endpoint) in cases {
+        let case = &format!("{kind:?} {case}");
         let mut s = settings(MigStrategy::None, DeviceIdStrategy::Uuid);
-        s.time_slicing = Some(time_slicing("nvidia.com/gpu", 4, rename, fail));
+        s.sharing = Some(make("nvidia.com/gpu", 4, rename, fail));
         let built = build(&gpus(8), &s, sysfs.path()).unwrap();
         assert_eq!(names(&built), [name], "{case}");
         let r = &built[0];
         assert_eq!(r.endpoint(), endpoint, "{case}");
         assert_eq!(r.replicas, Some(4), "{case}");
+        assert_eq!(r.sharing, Some(kind), "{case}");
         assert_eq!(r.fail_requests_greater_than_one, fail, "{case}");
         assert_eq!(r.devices.len(), 32, "{case}");
         for (k, d) in r.devices.iter().enumerate() {
@@ -124,9 +140,34 @@ fn time_slicing_makes_replicas() {
     }
     // Index IDs get the same suffix.
     let mut s = settings(MigStrategy::None, DeviceIdStrategy::Index);
-    s.time_slicing = Some(time_slicing("nvidia.com/gpu", 2, false, false));
+    s.sharing = Some(make("nvidia.com/gpu", 2, false, false));
     let built = build(&gpus(2), &s, sysfs.path()).unwrap();
-    assert_eq!(ids(&built[0]), ["0::0", "0::1", "1::0", "1::1"]);
+    assert_eq!(ids(&built[0]), ["0::0", "0::1", "1::0", "1::1"], "{kind:?}");
+}
+
+#[test]
+fn mps_refuses_a_node_with_mig() {
+    let sysfs = tempfile::tempdir().unwrap();
+    // NVIDIA refuses MIG with MPS whatever the MIG strategy; none shows MIG GPUs whole.
+    for strategy in [MigStrategy::None, MigStrategy::Single] {
+        let mut s = settings(strategy, DeviceIdStrategy::Uuid);
+        s.sharing = Some(mps("nvidia.com/gpu", 2, false, true));
+        let node = inventory(vec![gpu(0), mig_gpu(1, &["1g.10gb"]), mig_gpu(2, &[])]);
+        let err = build(&node, &s, sysfs.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("sharing.mps cannot share GPUs with MIG enabled"),
+            "{strategy}: {err}"
+        );
+        assert!(
+            err.contains(&format!("1 ({}), 2 ({})", gpu_uuid(1), gpu_uuid(2))),
+            "{strategy}: {err}"
+        );
+    }
+    // Time-slicing the same node is fine.
+    let mut s = settings(MigStrategy::None, DeviceIdStrategy::Uuid);
+    s.sharing = Some(time_slicing("nvidia.com/gpu", 2, false, true));
+    let node = inventory(vec![gpu(0), mig_gpu(1, &["1g.10gb"])]);
+    assert_eq!(build(&node, &s, sysfs.path()).unwrap()[0].devices.len(), 4);
 }
 
 fn mig_node() -> crate::inventory::Inventory {
@@ -192,7 +233,7 @@ fn mig_mixed_one_resource_per_profile() {
 fn mig_mixed_time_slices_a_profile() {
     let sysfs = tempfile::tempdir().unwrap();
     let mut s = settings(MigStrategy::Mixed, DeviceIdStrategy::Index);
-    s.time_slicing = Some(time_slicing("nvidia.com/mig-1g.10gb", 2, true, false));
+    s.sharing = Some(time_slicing("nvidia.com/mig-1g.10gb", 2, true, false));
     let built = build(&mig_node(), &s, sysfs.path()).unwrap();
     assert_eq!(built[1].name, "nvidia.com/mig-1g.10gb.shared");
     assert_eq!(ids(&built[1]), ["1:0::0", "1:0::1", "1:1::0", "1:1::1"]);
@@ -375,7 +416,7 @@ fn empty_resources_are_left_out() {
 #[test]
 fn index_finds_every_device() {
     let mut s = settings(MigStrategy::None, DeviceIdStrategy::Uuid);
-    s.time_slicing = Some(time_slicing("nvidia.com/gpu", 3, false, false));
+    s.sharing = Some(time_slicing("nvidia.com/gpu", 3, false, false));
     let built = build(&gpus(4), &s, Path::new("/nonexistent")).unwrap();
     let index = ResourceIndex::new(&built[0]);
     assert_eq!(index.len(), 12);

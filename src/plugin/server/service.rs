@@ -414,6 +414,7 @@ mod tests {
                 runtime_id: format!("GPU-{gpu}"),
                 numa_node: None,
                 bus_id: String::new(),
+                memory_mib: None,
                 nodes: vec![PathBuf::from(format!("/dev/nvidia{gpu}"))],
             })
             .collect();
@@ -421,6 +422,7 @@ mod tests {
             name: "nvidia.com/gpu".into(),
             devices,
             replicas: None,
+            sharing: None,
             fail_requests_greater_than_one: false,
         };
         let board = Arc::new(HealthBoard::new(resource.units()));

@@ -22,7 +22,8 @@ pub const LIB_DIR: &str = "usr/lib/x86_64-linux-gnu";
 pub const STALE_LIBRARY: &str = "libnvidia-fatbinaryloader.so.470.82.01";
 /// A non-NVIDIA library in the same directory (soname `libfoo.so.1`).
 pub const FOREIGN_LIBRARY: &str = "libfoo.so.1.0.0";
-/// The driver binaries placed in `usr/bin` (`nvidia-smi` is the fake one, the rest are scripts).
+/// The driver binaries placed in `usr/bin` (`nvidia-smi` is the fake one, `nvidia-cuda-mps-control`
+/// the fake of [`crate::mps`], the rest are scripts that print their name).
 pub const BINARIES: [&str; 5] = [
     "nvidia-smi",
     "nvidia-debugdump",
@@ -280,6 +281,8 @@ fn build_binaries(bin_dir: &Path, artifacts: &Artifacts) -> Result<(), TestkitEr
         let path = bin_dir.join(name);
         if name == "nvidia-smi" {
             files::copy(&artifacts.nvidia_smi, &path, 0o755)?;
+        } else if name == "nvidia-cuda-mps-control" {
+            files::write(&path, crate::mps::FAKE_MPS_CONTROL, 0o755)?;
         } else {
             files::write(&path, format!("#!/bin/sh\necho {name}\n"), 0o755)?;
         }

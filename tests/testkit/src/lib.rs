@@ -27,6 +27,7 @@ mod engines;
 mod error;
 mod files;
 mod mock_config;
+mod mps;
 mod node;
 mod procfs;
 mod rootfs;
@@ -43,6 +44,7 @@ pub use driver::{
 pub use engines::{Containerd, Dockerd, path_with_prefix};
 pub use error::TestkitError;
 pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockNvLink, MockXidEvent};
+pub use mps::{FAKE_MPS_CONTROL, MPS_PID_FILE, MPS_RECORD_FILE, mps_record};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
 pub use procfs::{capability_file, version_file};
 pub use rootfs::{

@@ -511,3 +511,64 @@ fn located_artifacts_make_a_working_node() {
         artifacts.mock_nvml.display()
     );
 }
+
+#[test]
+fn fake_mps_control_daemonizes_records_and_quits() {
+    let f = build(&NodeSpec::standard(1));
+    let control = f.node.driver_root.join("usr/bin/nvidia-cuda-mps-control");
+    let scratch = tempfile::tempdir().unwrap();
+    let (pipe, logs) = (scratch.path().join("pipe"), scratch.path().join("log"));
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(&control)
+            .args(args)
+            .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &logs)
+            .env("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        // A client without a daemon may exit before it reads: a broken pipe is fine.
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+        child.wait().unwrap().success()
+    };
+    assert!(
+        !run(&[], "get_server_list\n"),
+        "a client without a daemon fails"
+    );
+    assert!(run(&["-d"], ""), "-d returns once the daemon is forked");
+    let pid_file = pipe.join(nvshim_testkit::MPS_PID_FILE);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !pid_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "no pid file");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    assert_eq!(comm.trim(), "nvidia-cuda-mps", "the daemon's process name");
+    assert!(
+        !run(&["-d"], ""),
+        "a second daemon on one pipe dir is refused"
+    );
+    assert!(run(
+        &[],
+        "set_default_active_thread_percentage 25\n\nquit\n"
+    ));
+    while Path::new(&format!("/proc/{pid}")).exists() && pid_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "quit did not stop the daemon"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        nvshim_testkit::mps_record(&logs),
+        [
+            "start CUDA_VISIBLE_DEVICES=GPU-a,GPU-b",
+            "set_default_active_thread_percentage 25",
+            "quit"
+        ]
+    );
+}
