@@ -103,6 +103,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         hook_path: hook_path.display().to_string(),
         capabilities: args.driver_capabilities.parse::<DriverCapabilities>()?,
         cover_params: true,
+        only: None,
     };
     let mut options = options;
     for hook in &args.disable_hook {
