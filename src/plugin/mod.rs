@@ -9,6 +9,7 @@
 //! resources   Inventory × Settings → Vec<Resource> (device ids, replicas, MIG, NUMA)
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
 //! allocate    ids → what the container gets, by device-list strategy
+//! cdi_spec    the CDI spec file that defines the names the cdi-* strategies hand out
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
 //! server      the DevicePlugin service, serving, registration, kubelet restarts
@@ -22,6 +23,7 @@
 
 pub mod allocate;
 pub mod api;
+pub mod cdi_spec;
 pub mod config;
 pub mod health;
 pub mod metrics;
