@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::configure::write;
 use super::{CliError, HostArgs};
 use crate::cdi::{Registry, spec};
+use crate::files::write;
 use crate::generate::{self, NameStrategy, Options};
 use crate::pipeline::{Context, NvmlAccess};
 use crate::request::DriverCapabilities;

@@ -28,7 +28,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::cdi::{Spec, spec};
-use crate::cli::configure::{ConfigureError, write};
+use crate::files::write::{self, WriteError};
 use crate::generate::{self, GenerateError, NameStrategy, Options};
 use crate::inventory::{Backend, Inventory, Source};
 use crate::pipeline::{CdiFiles, Context, NvmlAccess};
@@ -51,7 +51,7 @@ pub enum CdiSpecError {
         driver_root: PathBuf,
     },
     #[error(transparent)]
-    File(#[from] ConfigureError),
+    File(#[from] WriteError),
 }
 
 /// Where the driver is: as this process sees it, and as the host has it.
@@ -300,7 +300,7 @@ impl SpecFile {
 
 fn remove_if_present(path: &Path) -> Result<(), CdiSpecError> {
     match write::remove(path) {
-        Err(ConfigureError::Remove { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+        Err(WriteError::Remove { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
             Ok(())
         }
         other => Ok(other?),
