@@ -104,6 +104,8 @@ fn keep_spec(file: &mut SpecFile, built: &Built) -> Result<(), PluginError> {
         Synced::Written(path) => tracing::info!(
             path = %path.display(),
             devices = built.cdi_spec.as_ref().map_or(0, |s| s.devices.len()),
+            read_driver_at = %built.view.seen.driver.display(),
+            host_driver_root = %built.view.host_driver.display(),
             "wrote the CDI spec"
         ),
         Synced::Unchanged(path) => {
@@ -139,6 +141,8 @@ struct Built {
     node: Node,
     monitor: Monitor,
     cdi_spec: Option<Spec>,
+    /// Where the driver was read, and where the host has it.
+    view: DriverView,
 }
 
 fn build(settings: Settings, metrics: &Metrics) -> Result<Built, PluginError> {
@@ -166,6 +170,7 @@ fn build(settings: Settings, metrics: &Metrics) -> Result<Built, PluginError> {
                 node,
                 monitor,
                 cdi_spec,
+                view,
             })
         }
         Err(error) if !settings.fail_on_init_error => {
@@ -185,6 +190,7 @@ fn build(settings: Settings, metrics: &Metrics) -> Result<Built, PluginError> {
                 node,
                 monitor,
                 cdi_spec: None,
+                view,
             })
         }
         Err(error) => Err(error),

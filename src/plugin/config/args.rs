@@ -142,8 +142,9 @@ pub struct PluginArgs {
     #[arg(long, value_name = "PREFIX")]
     pub cdi_annotation_prefix: Option<String>,
 
-    /// Where this container sees the host's driver root, for the CDI spec (which names
-    /// host paths) [env: DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]
+    /// Where this container sees the host's driver root: the driver is read there, and the
+    /// CDI spec names the same files under the driver root
+    /// [env: DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]
     /// [default: /driver-root if it exists, else the driver root itself]
     #[arg(
         long = "container-driver-root",
