@@ -100,7 +100,18 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
 /// Brings the spec file in line with `built` (see [`SpecFile::sync`]).
 fn keep_spec(file: &mut SpecFile, built: &Built) -> Result<(), PluginError> {
     let dir = &built.node.settings.cdi_spec_dir;
-    match file.sync(dir, built.cdi_spec.as_ref())? {
+    let synced = match file.sync(dir, built.cdi_spec.as_ref()) {
+        Ok(synced) => synced,
+        // Without a cdi-* strategy nothing depends on the directory: a stale spec
+        // that cannot be checked or removed (an unreadable /var/run/cdi) must not
+        // stop a plugin that never used it.
+        Err(error) if built.cdi_spec.is_none() => {
+            tracing::warn!(%error, "cannot check for a stale CDI spec");
+            return Ok(());
+        }
+        Err(error) => return Err(error.into()),
+    };
+    match synced {
         Synced::Written(path) => tracing::info!(
             path = %path.display(),
             devices = built.cdi_spec.as_ref().map_or(0, |s| s.devices.len()),

@@ -229,3 +229,38 @@ async fn without_a_cdi_strategy_a_stale_spec_goes_and_a_foreign_file_stays() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_spec_directory_that_cannot_be_used_fails_only_a_cdi_start() {
+    let node = node(&NodeSpec::standard(2));
+    // A regular file where the directory should be: nothing can be read or made in it.
+    let blocker = tempfile::NamedTempFile::new().unwrap();
+    let blocked = blocker.path().display().to_string();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = spawn(
+        &node,
+        dir.path(),
+        &["--device-list-strategy=cdi-cri", "--cdi-spec-dir", &blocked],
+    );
+    let status = plugin.exit(GENEROUS).await;
+    let log = plugin.log();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a cdi-cri plugin without its spec must not serve: {status:?}\n{log}"
+    );
+    assert!(log.contains(&blocked), "the error names the path:\n{log}");
+
+    // Without a CDI strategy the directory is only checked for a stale spec.
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path());
+    let mut plugin = spawn(&node, dir.path(), &["--cdi-spec-dir", &blocked]);
+    kubelet.wait_registrations(1, GENEROUS).await;
+    assert!(
+        plugin.log().contains("cannot check for a stale CDI spec"),
+        "{}",
+        plugin.log()
+    );
+    plugin.signal(Signal::SIGTERM);
+    assert!(plugin.exit(GENEROUS).await.is_some_and(|s| s.success()));
+}
