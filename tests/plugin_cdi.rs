@@ -337,3 +337,29 @@ fn the_spec_names_host_paths_when_the_driver_is_seen_elsewhere() {
         "no path as the plugin sees it: {got:#}"
     );
 }
+
+/// The golden spec: [`GOLDEN_NODE`] with index names, read in place and named under
+/// `/host` (so no temp path is in it). `NVSHIM_UPDATE_GOLDEN=1` rewrites the file.
+const GOLDEN: &str = "tests/fixtures/plugin-cdi/standard-2-index.json";
+const GOLDEN_NODE: usize = 2;
+
+#[test]
+fn the_spec_matches_the_golden_file() {
+    let node = node(&NodeSpec::standard(GOLDEN_NODE));
+    let s = settings(&node, DeviceIdStrategy::Index);
+    let mut moved = view(&node, &s);
+    moved.host_driver = "/host/driver".into();
+    moved.host_dev = "/host".into();
+    let got = plugin_spec(&s, &moved);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
+    let text = format!("{}\n", serde_json::to_string_pretty(&got).unwrap());
+    if std::env::var("NVSHIM_UPDATE_GOLDEN").as_deref() == Ok("1") {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let want: Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        got, want,
+        "the spec differs from {GOLDEN} (NVSHIM_UPDATE_GOLDEN=1 rewrites it):\n{text}"
+    );
+}
