@@ -185,6 +185,7 @@ fn mig_devices_are_named_as_allocate_names_them() {
         "nvshim info",
     );
     let inventory: Inventory = serde_json::from_str(&info).unwrap();
+    let schema = schema("mig_devices_are_named_as_allocate_names_them");
     assert_eq!(inventory.gpus[0].mig_devices.len(), 2, "{info}");
     let migs = &node.sim.spec.gpus[0].mig_devices;
     let uuids = &node.sim.spec.gpus;
@@ -250,6 +251,14 @@ fn mig_devices_are_named_as_allocate_names_them() {
             runtime_ids,
             "{case}: the names Allocate hands out"
         );
+        if let Some(schema) = &schema {
+            let errors = schema.errors(&got);
+            assert!(
+                errors.is_empty(),
+                "{case}: not valid CDI:\n{}",
+                errors.join("\n")
+            );
+        }
         // Each device as `nvshim cdi generate` has it (which has every GPU and MIG
         // device; the plugin's spec has what is advertised).
         let all = generated(&node, strategy);
