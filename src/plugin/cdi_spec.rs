@@ -42,13 +42,15 @@ use crate::roots::Roots;
 pub enum CdiSpecError {
     #[error("cannot build the CDI spec for {CDI_KIND}: {0}")]
     Generate(#[source] GenerateError),
+    /// A guard: the generator names devices from the same inventory as the resources,
+    /// so this means the two disagree on how a device is named.
     #[error(
         "the CDI spec for {CDI_KIND} lacks devices the plugin advertises: {names:?} \
-         (the driver files of {driver_root} do not describe them)"
+         (it defines {defined:?})"
     )]
     Missing {
         names: Vec<String>,
-        driver_root: PathBuf,
+        defined: Vec<String>,
     },
     #[error(transparent)]
     File(#[from] WriteError),
@@ -225,7 +227,7 @@ pub fn build(
     if !missing.is_empty() {
         return Err(CdiSpecError::Missing {
             names: missing,
-            driver_root: view.seen.driver.clone(),
+            defined: spec.devices.iter().map(|d| d.name.clone()).collect(),
         });
     }
     view.relocate(&mut spec);
