@@ -21,31 +21,59 @@ const LOCK: &str = "/run/lock/nvshim-cdi-test.lock";
 const SYSTEM_CDI_DIR: &str = "/var/run/cdi";
 const IMAGE: &str = "localhost/nvshim-plugin-cdi:glibc";
 
-/// The lock, after checking that no live spec of the plugin's kind is in
-/// [`SYSTEM_CDI_DIR`] (a real node's, which ours would replace). One whose device nodes
-/// are gone (a killed run's, on a simulated node since deleted) is removed.
-fn claim_system_dir() -> Flock<File> {
-    fs::create_dir_all(Path::new(LOCK).parent().unwrap()).unwrap();
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK)
-        .unwrap();
-    let lock =
-        Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|(_, e)| panic!("{LOCK}: {e}"));
-    let path = Path::new(SYSTEM_CDI_DIR).join(CDI_SPEC_FILE);
-    if path.exists() {
-        let spec = read_spec(&path);
-        let (_, nodes) = host_paths(&spec);
-        assert!(
-            !nodes.is_empty() && nodes.iter().all(|n| !Path::new(n).exists()),
-            "refusing to run: {} is a live spec of {KIND}, which ours would replace",
-            path.display()
-        );
-        fs::remove_file(&path).unwrap();
+/// [`SYSTEM_CDI_DIR`] claimed under [`LOCK`]. Dropping it (even on a panic, after the
+/// plugin was killed and could not remove its spec) removes the spec and, if the test
+/// made it, the directory, then releases the lock.
+struct SystemDir {
+    made_dir: bool,
+    _lock: Flock<File>,
+}
+
+impl SystemDir {
+    /// Takes the lock, after checking that no live spec of the plugin's kind is in
+    /// [`SYSTEM_CDI_DIR`] (a real node's, which ours would replace). One whose device
+    /// nodes are gone (a killed run's, on a simulated node since deleted) is removed.
+    fn claim() -> SystemDir {
+        fs::create_dir_all(Path::new(LOCK).parent().unwrap()).unwrap();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK)
+            .unwrap();
+        let lock = Flock::lock(file, FlockArg::LockExclusive)
+            .unwrap_or_else(|(_, e)| panic!("{LOCK}: {e}"));
+        let path = Self::spec();
+        if path.exists() {
+            let spec = read_spec(&path);
+            let (_, nodes) = host_paths(&spec);
+            assert!(
+                !nodes.is_empty() && nodes.iter().all(|n| !Path::new(n).exists()),
+                "refusing to run: {} is a live spec of {KIND}, which ours would replace",
+                path.display()
+            );
+            fs::remove_file(&path).unwrap();
+        }
+        SystemDir {
+            made_dir: !Path::new(SYSTEM_CDI_DIR).exists(),
+            _lock: lock,
+        }
     }
-    lock
+
+    fn spec() -> PathBuf {
+        Path::new(SYSTEM_CDI_DIR).join(CDI_SPEC_FILE)
+    }
+}
+
+impl Drop for SystemDir {
+    fn drop(&mut self) {
+        // Under the lock the file is this test's plugin's.
+        let _ = fs::remove_file(Self::spec());
+        if self.made_dir {
+            // Fails, as it should, if something else has put a file there meanwhile.
+            let _ = fs::remove_dir(SYSTEM_CDI_DIR);
+        }
+    }
 }
 
 /// Unmounts a bind mount when dropped (even on panic).
@@ -67,8 +95,7 @@ async fn podman_gives_the_container_the_gpu_allocate_named() {
     let node = node(&NodeSpec::standard(4));
     let dir = tempfile::tempdir().unwrap();
     let storage = storage_with_image(&node, dir.path(), IMAGE);
-    let _lock = claim_system_dir();
-    let made_dir = !Path::new(SYSTEM_CDI_DIR).exists();
+    let system = SystemDir::claim();
 
     // The plugin sees the driver at a bind mount, as in a pod; the spec must name the
     // host's paths, which stay after the view is gone.
@@ -130,10 +157,8 @@ async fn podman_gives_the_container_the_gpu_allocate_named() {
 
     plugin.signal(Signal::SIGTERM);
     assert!(plugin.exit(GENEROUS).await.is_some_and(|s| s.success()));
-    let path = Path::new(SYSTEM_CDI_DIR).join(CDI_SPEC_FILE);
+    let path = SystemDir::spec();
     assert!(!path.exists(), "{} left behind", path.display());
-    if made_dir {
-        let _ = fs::remove_dir(SYSTEM_CDI_DIR);
-    }
+    drop(system);
     drop(storage);
 }
