@@ -256,8 +256,11 @@ async fn a_spec_directory_that_cannot_be_used_fails_only_a_cdi_start() {
     let kubelet = FakeKubelet::start(dir.path());
     let mut plugin = spawn(&node, dir.path(), &["--cdi-spec-dir", &blocked]);
     kubelet.wait_registrations(1, GENEROUS).await;
+    // The reader thread may not have the line yet: wait for it.
     assert!(
-        plugin.log().contains("cannot check for a stale CDI spec"),
+        plugin
+            .wait_log("cannot check for a stale CDI spec", GENEROUS)
+            .await,
         "{}",
         plugin.log()
     );
