@@ -15,7 +15,7 @@
 //!
 //! Lives outside `cdi` (a leaf of plain types) because it needs the pipeline.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -84,6 +84,9 @@ pub struct Options {
     /// Add the hook that gives containers `ModifyDeviceFiles: 0` when the host's
     /// driver says 1 (`--disable-hook disable-device-node-modification` clears it).
     pub cover_params: bool,
+    /// Only the devices with these names (the device plugin: what it advertises);
+    /// `None`: every GPU and MIG device. Devices left out are not planned at all.
+    pub only: Option<BTreeSet<String>>,
 }
 
 impl Default for Options {
@@ -95,6 +98,7 @@ impl Default for Options {
             hook_path: "/usr/bin/nvidia-container-runtime-hook".to_owned(),
             capabilities: DriverCapabilities::all(),
             cover_params: true,
+            only: None,
         }
     }
 }
@@ -116,6 +120,8 @@ pub enum GenerateError {
     HookPath { path: String },
     #[error("no GPU found on this host: a spec needs at least one device")]
     NoGpu,
+    #[error("none of the devices {wanted:?} is on this host: a spec needs at least one device")]
+    NoneWanted { wanted: Vec<String> },
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
@@ -126,24 +132,30 @@ pub enum GenerateError {
 
 /// Generates the spec for the host `ctx` describes.
 pub fn generate(ctx: &Context, options: &Options) -> Result<Spec, GenerateError> {
-    cdi::name::parse_kind(&options.kind).map_err(|source| GenerateError::Kind {
-        kind: options.kind.clone(),
-        source,
-    })?;
-    if !options.hook_path.starts_with('/') {
-        return Err(GenerateError::HookPath {
-            path: options.hook_path.clone(),
-        });
-    }
-    let caps = options.capabilities;
-    let (backend, inventory) = pipeline::load_inventory(ctx, &Request::new(DeviceList::All, caps))?;
+    check(options)?;
+    let request = Request::new(DeviceList::All, options.capabilities);
+    let (backend, inventory) = pipeline::load_inventory(ctx, &request)?;
+    generate_on(ctx, options, backend, &inventory)
+}
+
+/// [`generate`] for an inventory the caller already holds (the device plugin's, from
+/// NVML), so the spec names exactly the GPUs and MIG devices the caller knows.
+pub fn generate_on(
+    ctx: &Context,
+    options: &Options,
+    backend: Backend,
+    inventory: &Inventory,
+) -> Result<Spec, GenerateError> {
+    check(options)?;
     if inventory.gpus.is_empty() {
         return Err(GenerateError::NoGpu);
     }
+    let caps = options.capabilities;
+    let wanted = |name: &str| options.only.as_ref().is_none_or(|only| only.contains(name));
     let planner = Planner {
         ctx,
         backend,
-        inventory: &inventory,
+        inventory,
         caps,
     };
     let common = planner.plan(DeviceList::None)?;
@@ -162,32 +174,48 @@ pub fn generate(ctx: &Context, options: &Options) -> Result<Spec, GenerateError>
 
     let mut devices = Vec::new();
     for gpu in &inventory.gpus {
-        let plan = planner.plan(DeviceList::Ids(vec![DeviceId::Index(gpu.index)]))?;
-        let edits = own_edits(options, &common, &plan)?;
-        for strategy in &options.strategies {
-            let name = match strategy {
+        let names: Vec<String> = options
+            .strategies
+            .iter()
+            .map(|strategy| match strategy {
                 NameStrategy::Index => gpu.index.to_string(),
                 NameStrategy::Uuid => gpu.uuid.clone(),
                 NameStrategy::TypeIndex => format!("gpu{}", gpu.index),
-            };
-            devices.push(device(name, &edits));
+            })
+            .filter(|name| wanted(name))
+            .collect();
+        if !names.is_empty() {
+            let plan = planner.plan(DeviceList::Ids(vec![DeviceId::Index(gpu.index)]))?;
+            let edits = own_edits(options, &common, &plan)?;
+            devices.extend(names.into_iter().map(|name| device(name, &edits)));
         }
         for mig in &gpu.mig_devices {
+            let names: Vec<String> = options
+                .strategies
+                .iter()
+                .map(|strategy| match strategy {
+                    NameStrategy::Index => format!("{}:{}", gpu.index, mig.index),
+                    NameStrategy::Uuid => mig.uuid.clone(),
+                    NameStrategy::TypeIndex => format!("mig{}:{}", gpu.index, mig.index),
+                })
+                .filter(|name| wanted(name))
+                .collect();
+            if names.is_empty() {
+                continue;
+            }
             let id = DeviceId::MigIndex {
                 gpu: gpu.index,
                 mig: mig.index,
             };
             let plan = planner.plan(DeviceList::Ids(vec![id]))?;
             let edits = own_edits(options, &common, &plan)?;
-            for strategy in &options.strategies {
-                let name = match strategy {
-                    NameStrategy::Index => format!("{}:{}", gpu.index, mig.index),
-                    NameStrategy::Uuid => mig.uuid.clone(),
-                    NameStrategy::TypeIndex => format!("mig{}:{}", gpu.index, mig.index),
-                };
-                devices.push(device(name, &edits));
-            }
+            devices.extend(names.into_iter().map(|name| device(name, &edits)));
         }
+    }
+    if devices.is_empty() {
+        return Err(GenerateError::NoneWanted {
+            wanted: options.only.iter().flatten().cloned().collect(),
+        });
     }
     if options.all_device {
         let plan = planner.plan(DeviceList::All)?;
@@ -206,6 +234,20 @@ pub fn generate(ctx: &Context, options: &Options) -> Result<Spec, GenerateError>
     spec.cdi_version = cdi::minimum_version(&spec).to_owned();
     cdi::spec::validate(&spec)?;
     Ok(spec)
+}
+
+/// What is wrong with `options` before any host is looked at.
+fn check(options: &Options) -> Result<(), GenerateError> {
+    cdi::name::parse_kind(&options.kind).map_err(|source| GenerateError::Kind {
+        kind: options.kind.clone(),
+        source,
+    })?;
+    if !options.hook_path.starts_with('/') {
+        return Err(GenerateError::HookPath {
+            path: options.hook_path.clone(),
+        });
+    }
+    Ok(())
 }
 
 struct Planner<'a> {

@@ -6,7 +6,8 @@
 //! order; a module uses only modules above it.
 //!
 //! ```text
-//! roots, files, ldcache, nvml, cdi   leaves: paths, small-file reads, the ld.so.cache format,
+//! roots, files, ldcache, nvml, cdi   leaves: paths, small-file reads and atomic replacement,
+//!                                    the ld.so.cache format,
 //!                                    NVML, CDI wire types
 //! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
 //! request                            ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*

@@ -16,11 +16,12 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::podman::{podman, require_podman, run_args, storage_with_image};
 use common::{GPU_SCRIPT, Node, Printed, node, nvshim};
 use nix::fcntl::{Flock, FlockArg};
-use nvshim_testkit::{NodeSpec, tar_rootfs};
+use nvshim_testkit::NodeSpec;
 use serde_json::Value;
 
 const NVSHIM: &str = env!("CARGO_BIN_EXE_nvshim");
@@ -173,40 +174,6 @@ impl Drop for SystemSpec {
     }
 }
 
-/// `podman` with private storage under `dir` and the machine's working flags.
-fn podman(dir: &Path) -> Command {
-    let mut cmd = Command::new("podman");
-    cmd.arg("--root")
-        .arg(dir.join("root"))
-        .arg("--runroot")
-        .arg(dir.join("runroot"))
-        .arg("--tmpdir")
-        .arg(dir.join("tmp"))
-        .args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-        .args(["--events-backend", "file"]);
-    cmd
-}
-
-/// Removes the containers and unmounts what podman left under its storage `dir`.
-struct PodmanStorage(PathBuf);
-
-impl Drop for PodmanStorage {
-    fn drop(&mut self) {
-        let _ = podman(&self.0).args(["rm", "-af"]).output();
-        let _ = podman(&self.0).args(["system", "reset", "-f"]).output();
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<&str> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| Path::new(p).starts_with(&self.0))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for p in points {
-            let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-}
-
 fn printed(output: Output, what: &str) -> Printed {
     Printed(common::ok(output, what))
 }
@@ -264,37 +231,13 @@ fn podman_runs_the_devices_of_our_cdi_spec() {
         nix::unistd::geteuid().is_root(),
         "needs root (device nodes, /etc/cdi, podman)"
     );
-    let found = Command::new("podman").arg("--version").output();
-    assert!(
-        found.as_ref().is_ok_and(|o| o.status.success()),
-        "podman is needed (the Debian package `podman`): {found:?}"
-    );
+    require_podman();
     let node = node(&NodeSpec::standard(4));
     let dir = tempfile::tempdir().unwrap();
-    let rootfs = dir.path().join("rootfs");
-    node.sim.container_rootfs().build(&rootfs).unwrap();
-    let tar = dir.path().join("rootfs.tar");
-    tar_rootfs(&rootfs, &tar).unwrap();
-    let storage = PodmanStorage(dir.path().join("podman"));
-    let import = podman(&storage.0)
-        .arg("import")
-        .arg(&tar)
-        .arg(IMAGE)
-        .output();
-    printed(import.expect("podman"), "podman import");
-    let mock_volume = format!("{}:/etc/mock-nvml.json:ro", node.sim.mock_config.display());
+    let storage = storage_with_image(&node, dir.path(), IMAGE);
     let run = |device: &str| {
         podman(&storage.0)
-            .args(["run", "--rm", "--network", "none"])
-            .args([
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=1024:1024",
-            ])
-            .args(["-v", &mock_volume])
-            .args(["-e", "MOCK_NVML_CONFIG=/etc/mock-nvml.json"])
-            .args(["-e", "MOCK_NVML_DEV_ROOT=/dev"])
+            .args(run_args(&node))
             .arg("--device")
             .arg(format!("{KIND}={device}"))
             .args([IMAGE, "sh", "-c"])

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::configure::write;
 use super::{CliError, HostArgs};
 use crate::cdi::{Registry, spec};
+use crate::files::write;
 use crate::generate::{self, NameStrategy, Options};
 use crate::pipeline::{Context, NvmlAccess};
 use crate::request::DriverCapabilities;
@@ -103,6 +103,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         hook_path: hook_path.display().to_string(),
         capabilities: args.driver_capabilities.parse::<DriverCapabilities>()?,
         cover_params: true,
+        only: None,
     };
     let mut options = options;
     for hook in &args.disable_hook {

@@ -153,6 +153,12 @@ pub enum CliError {
     Json(#[from] serde_json::Error),
 }
 
+impl From<crate::files::write::WriteError> for CliError {
+    fn from(error: crate::files::write::WriteError) -> Self {
+        Self::Configure(error.into())
+    }
+}
+
 /// Runs one command, writing its output to `out`.
 pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
     match &cli.command {

@@ -10,6 +10,7 @@
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
 //! http2       the :authority fix in front of h2 (any client's socket-path authority works)
 //! allocate    ids → what the container gets, by device-list strategy
+//! cdi_spec    the CDI spec file that defines the names the cdi-* strategies hand out
 //! mps         MPS sharing: NVIDIA's paths and limits, and the control daemon mode
 //! preferred   GetPreferredAllocation over a topology cached at start
 //! api         the generated kubelet gRPC types and services
@@ -24,6 +25,7 @@
 
 pub mod allocate;
 pub mod api;
+pub mod cdi_spec;
 pub mod config;
 pub mod health;
 pub mod http2;

@@ -6,21 +6,26 @@
 //! metrics, which sample the node's GPUs). SIGHUP does it all again from the settings
 //! on, as NVIDIA's plugin does; the metrics' counters carry over. With `failOnInitError: false` a node
 //! without NVML or GPUs serves nothing and stays up instead of crash-looping.
+//!
+//! With a `cdi-*` strategy, [`run`] keeps the CDI spec file in step with each node it
+//! builds (written before the node is served, so a name `Allocate` hands out is always
+//! defined) and removes it on a clean exit; see `cdi_spec`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
+use super::cdi_spec::{self, CdiSpecError, DriverView, SpecFile, Synced};
 use super::config::{self, PluginArgs, PluginConfigError, Settings};
 use super::health::{self, HealthBoard, WatchOptions};
 use super::metrics::Metrics;
 use super::resources::{self, Resource, ResourceError};
 use super::server::{self, Node, ServerError};
 use super::topology::Topology;
+use crate::cdi::Spec;
 use crate::inventory::{self, InventoryError, nvlink};
 use crate::nvml::{Nvml, NvmlError};
-use crate::roots::Roots;
 
 /// Where the kernel publishes PCI devices (NUMA node, PCIe switches).
 const SYSFS: &str = "/sys";
@@ -43,6 +48,8 @@ pub enum PluginError {
     Thread(#[source] std::io::Error),
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error(transparent)]
+    CdiSpec(#[from] CdiSpecError),
 }
 
 /// The running health thread of one [`Node`]; stopped on drop (and on rebuild).
@@ -66,7 +73,10 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
     let settings = config::resolve_from_process(args)?;
     tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "starting");
     let metrics = Metrics::for_settings(&settings);
-    let (node, monitor) = start_with_metrics(settings, &metrics)?;
+    let mut spec_file = SpecFile::default();
+    let built = build(settings, &metrics)?;
+    keep_spec(&mut spec_file, &built)?;
+    let Built { node, monitor, .. } = built;
     let mut monitor = Some(monitor);
     let rebuild = || -> Result<Node, PluginError> {
         let settings = config::resolve_from_process(args)?;
@@ -74,11 +84,50 @@ pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
         // The old health thread keeps watching the old node until the new one is up:
         // when the rebuild fails, the server goes on serving the old node, and its
         // health must stay live. (Two NVML handles at once are fine: init is counted.)
-        let (node, fresh) = start_with_metrics(settings, &metrics)?;
-        monitor = Some(fresh);
-        Ok(node)
+        let built = build(settings, &metrics)?;
+        // Before the new node is served: its names must resolve from the first Allocate.
+        keep_spec(&mut spec_file, &built)?;
+        monitor = Some(built.monitor);
+        Ok(built.node)
     };
     server::run_with_metrics(node, rebuild, metrics.clone())?;
+    if let Some(path) = spec_file.remove()? {
+        tracing::info!(path = %path.display(), "removed the CDI spec");
+    }
+    Ok(())
+}
+
+/// Brings the spec file in line with `built` (see [`SpecFile::sync`]).
+fn keep_spec(file: &mut SpecFile, built: &Built) -> Result<(), PluginError> {
+    let dir = &built.node.settings.cdi_spec_dir;
+    let synced = match file.sync(dir, built.cdi_spec.as_ref()) {
+        Ok(synced) => synced,
+        // Without a cdi-* strategy nothing depends on the directory: a stale spec
+        // that cannot be checked or removed (an unreadable /var/run/cdi) must not
+        // stop a plugin that never used it.
+        Err(error) if built.cdi_spec.is_none() => {
+            tracing::warn!(%error, "cannot check for a stale CDI spec");
+            return Ok(());
+        }
+        Err(error) => return Err(error.into()),
+    };
+    match synced {
+        Synced::Written(path) => tracing::info!(
+            path = %path.display(),
+            devices = built.cdi_spec.as_ref().map_or(0, |s| s.devices.len()),
+            read_driver_at = %built.view.seen.driver.display(),
+            host_driver_root = %built.view.host_driver.display(),
+            "wrote the CDI spec"
+        ),
+        Synced::Unchanged(path) => {
+            tracing::debug!(path = %path.display(), "the CDI spec is current")
+        }
+        Synced::Removed(path) => tracing::info!(
+            path = %path.display(),
+            "removed a stale CDI spec (no cdi-* device list strategy)"
+        ),
+        Synced::Absent => {}
+    }
     Ok(())
 }
 
@@ -94,9 +143,25 @@ pub fn start_with_metrics(
     settings: Settings,
     metrics: &Metrics,
 ) -> Result<(Node, Monitor), PluginError> {
+    let built = build(settings, metrics)?;
+    Ok((built.node, built.monitor))
+}
+
+/// A started node, with the CDI spec for what it advertises (a `cdi-*` strategy only).
+struct Built {
+    node: Node,
+    monitor: Monitor,
+    cdi_spec: Option<Spec>,
+    /// Where the driver was read, and where the host has it.
+    view: DriverView,
+}
+
+fn build(settings: Settings, metrics: &Metrics) -> Result<Built, PluginError> {
     let settings = Arc::new(settings);
-    match discover(&settings) {
+    let view = DriverView::of(&settings);
+    match discover(&settings, &view) {
         Ok((nvml, inventory, resources)) => {
+            let cdi_spec = cdi_spec::build(&settings, &view, &inventory, &resources)?;
             let units = resources.iter().flat_map(Resource::units);
             let board = Arc::new(HealthBoard::new(units));
             let topology = Topology::load(&inventory, Path::new(SYSFS))
@@ -112,7 +177,12 @@ pub fn start_with_metrics(
                 health: board,
                 topology: Arc::new(topology),
             };
-            Ok((node, monitor))
+            Ok(Built {
+                node,
+                monitor,
+                cdi_spec,
+                view,
+            })
         }
         Err(error) if !settings.fail_on_init_error => {
             tracing::error!("{error}; serving no devices (fail-on-init-error is false)");
@@ -127,7 +197,12 @@ pub fn start_with_metrics(
                 stop: Arc::new(AtomicBool::new(true)),
                 thread: None,
             };
-            Ok((node, monitor))
+            Ok(Built {
+                node,
+                monitor,
+                cdi_spec: None,
+                view,
+            })
         }
         Err(error) => Err(error),
     }
@@ -138,19 +213,17 @@ type Discovered = (Arc<Nvml>, inventory::Inventory, Vec<Resource>);
 /// The resources `settings` advertise on this node, from NVML: what the MPS control
 /// daemon starts a daemon for, built exactly as the plugin builds them.
 pub fn discover_resources(settings: &Settings) -> Result<Vec<Resource>, PluginError> {
-    discover(settings).map(|(_, _, resources)| resources)
+    discover(settings, &DriverView::of(settings)).map(|(_, _, resources)| resources)
 }
 
-fn discover(settings: &Settings) -> Result<Discovered, PluginError> {
-    let roots = Roots {
-        driver: settings.driver_root.clone(),
-        dev: settings.dev_root.clone(),
-        proc: PathBuf::from("/"),
-    };
+/// Loads NVML (found under the driver root as this process sees it) and builds the
+/// resources.
+fn discover(settings: &Settings, view: &DriverView) -> Result<Discovered, PluginError> {
+    let roots = &view.seen;
     let library = settings
         .nvml_library
         .clone()
-        .unwrap_or_else(|| inventory::nvml::library_path(&roots));
+        .unwrap_or_else(|| inventory::nvml::library_path(roots));
     let nvml = Nvml::load(&library).map_err(PluginError::Nvml)?;
     let inventory = inventory::nvml::from_nvml(&nvml).map_err(PluginError::Inventory)?;
     if inventory.gpus.is_empty() {

@@ -3,8 +3,10 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod cdi_schema;
 pub mod kubelet;
 pub mod plugin_proc;
+pub mod podman;
 
 use std::path::Path;
 use std::process::{Command, Output};

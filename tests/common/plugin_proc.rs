@@ -22,6 +22,8 @@ use nvshim_testkit::SimNode;
 
 /// The kubelet's registration socket, in the socket directory.
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// The CDI spec directory [`node_args`] gives the plugin, in the socket directory.
+pub const CDI_DIR: &str = "cdi";
 /// How often the waits look again.
 const POLL: Duration = Duration::from_millis(5);
 /// A `PATH` with nothing of the caller's in it.
@@ -33,7 +35,9 @@ pub fn nvml_lib(node: &SimNode) -> PathBuf {
 }
 
 /// The flags that point the plugin at `node` and make `socket_dir` hold both the
-/// kubelet's socket ([`KUBELET_SOCKET`]) and ours.
+/// kubelet's socket ([`KUBELET_SOCKET`]) and ours, and its [`CDI_DIR`] the CDI spec of
+/// the `cdi-*` strategies (never the host's `/var/run/cdi`, where parallel tests would
+/// replace or remove each other's spec).
 pub fn node_args(node: &SimNode, socket_dir: &Path) -> Vec<String> {
     let path = |p: &Path| p.display().to_string();
     vec![
@@ -41,6 +45,8 @@ pub fn node_args(node: &SimNode, socket_dir: &Path) -> Vec<String> {
         path(&socket_dir.join(KUBELET_SOCKET)),
         "--socket-dir".into(),
         path(socket_dir),
+        "--cdi-spec-dir".into(),
+        path(&socket_dir.join(CDI_DIR)),
         "--nvml-lib".into(),
         path(&nvml_lib(node)),
         "--nvidia-driver-root".into(),

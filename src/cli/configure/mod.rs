@@ -16,7 +16,6 @@ pub(crate) mod containerd;
 pub(crate) mod crio;
 mod diff;
 mod docker;
-pub(crate) mod write;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +28,7 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand};
 
 use super::CliError;
+use crate::files::write::{self, WriteError};
 
 /// Where `nvidia-ctk` points engines by default: the NVIDIA runtime's install path.
 pub const DEFAULT_RUNTIME_PATH: &str = "/usr/bin/nvidia-container-runtime";
@@ -251,6 +251,27 @@ pub enum ConfigureError {
         "`{command}` failed ({status}); the new config is in place, restart the engine by hand"
     )]
     RestartFailed { command: String, status: ExitStatus },
+}
+
+/// The writer's errors, as this module has always reported them.
+impl From<WriteError> for ConfigureError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Read { path, source } => Self::Read { path, source },
+            WriteError::CreateDir { path, source } => Self::CreateDir { path, source },
+            WriteError::Write { path, source } => Self::Write { path, source },
+            WriteError::Backup {
+                path,
+                backup,
+                source,
+            } => Self::Backup {
+                path,
+                backup,
+                source,
+            },
+            WriteError::Remove { path, source } => Self::Remove { path, source },
+        }
+    }
 }
 
 /// One engine, resolved: which file, what it is called, how to restart it.

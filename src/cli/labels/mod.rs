@@ -31,8 +31,8 @@ use tokio::signal::unix::{SignalKind, signal};
 pub use compute::{Facts, LabelSettings, Labels, MIXED_PRODUCT, PREFIX, compute, family};
 pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 
-use super::configure::{ConfigureError, write};
 use super::{CliError, HostArgs};
+use crate::files::write::{self, WriteError};
 use crate::inventory::{Backend, Inventory, InventoryError};
 use crate::plugin::config::{FileSettings, MigStrategy, PluginConfigError, load_file};
 
@@ -75,7 +75,7 @@ pub enum LabelsError {
     #[error(transparent)]
     Inventory(#[from] InventoryError),
     #[error(transparent)]
-    Write(#[from] ConfigureError),
+    Write(#[from] WriteError),
     #[error("cannot write the labels to stdout: {0}")]
     Stdout(#[source] io::Error),
     #[error("cannot start the timer and signal runtime: {0}")]

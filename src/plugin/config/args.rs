@@ -36,6 +36,14 @@ pub const ENV_KUBELET_SOCKET: &str = "KUBELET_SOCKET";
 pub const ENV_CONFIG_FILE: &str = "CONFIG_FILE";
 /// `--mps-root`.
 pub const ENV_MPS_ROOT: &str = "MPS_ROOT";
+/// `--container-driver-root`, NVIDIA's name (the first one set wins).
+pub const ENV_DRIVER_ROOT_CTR_PATH: &str = "DRIVER_ROOT_CTR_PATH";
+/// `--container-driver-root`, NVIDIA's other name.
+pub const ENV_CONTAINER_DRIVER_ROOT: &str = "CONTAINER_DRIVER_ROOT";
+/// `--cdi-spec-dir` (ours).
+pub const ENV_CDI_SPEC_DIR: &str = "NVSHIM_CDI_SPEC_DIR";
+/// `--cdi-hook-path` (ours).
+pub const ENV_CDI_HOOK_PATH: &str = "NVSHIM_CDI_HOOK_PATH";
 /// `--socket-dir` (ours).
 pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
 /// `--health-addr` (ours).
@@ -141,6 +149,18 @@ pub struct PluginArgs {
     #[arg(long, global = true, value_name = "PREFIX")]
     pub cdi_annotation_prefix: Option<String>,
 
+    /// Where this container sees the host's driver root: the driver is read there, and the
+    /// CDI spec names the same files under the driver root
+    /// [env: DRIVER_ROOT_CTR_PATH, CONTAINER_DRIVER_ROOT]
+    /// [default: /driver-root if it exists, else the driver root itself]
+    #[arg(
+        long = "container-driver-root",
+        visible_alias = "driver-root-ctr-path",
+        value_name = "PATH",
+        value_parser = path_parser(),
+    )]
+    pub container_driver_root: Option<PathBuf>,
+
     /// The kubelet's registration socket; "" serves without registering
     /// [env: KUBELET_SOCKET] [default: /var/lib/kubelet/device-plugins/kubelet.sock]
     #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
@@ -159,6 +179,16 @@ pub struct PluginArgs {
     /// [default: the kubelet socket's directory, else /var/lib/kubelet/device-plugins]
     #[arg(long, global = true, value_name = "DIR", value_parser = path_parser())]
     pub socket_dir: Option<PathBuf>,
+
+    /// Directory for the CDI spec of the cdi-* strategies [env: NVSHIM_CDI_SPEC_DIR]
+    /// [default: /var/run/cdi]
+    #[arg(long, value_name = "DIR", value_parser = path_parser())]
+    pub cdi_spec_dir: Option<PathBuf>,
+
+    /// The hook the CDI spec runs, a host path: nvidia-container-runtime-hook or nvshim
+    /// [env: NVSHIM_CDI_HOOK_PATH] [default: /usr/bin/nvidia-container-runtime-hook]
+    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    pub cdi_hook_path: Option<PathBuf>,
 
     /// Serve /healthz and /readyz on this IP:PORT [env: NVSHIM_HEALTH_ADDR] [default: off]
     #[arg(long, global = true, value_name = "IP:PORT")]

@@ -438,3 +438,94 @@ fn log_level_flag_then_env() {
         assert_eq!(args.log_level(&env_of(&env)).as_deref(), want, "{case}");
     }
 }
+
+/// The CDI spec's settings: NVIDIA's container driver root under its two env names, its
+/// flag alias and its config key, in the usual precedence; our spec dir and hook path.
+#[test]
+fn cdi_spec_settings() {
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        Pairs,
+        Option<&'static str>,
+        Settings,
+    );
+    let file = "flags: {plugin: {containerDriverRoot: /from-file}}";
+    let cases: [Case; 9] = [
+        ("defaults", &[], &[], None, Settings::default()),
+        (
+            "file",
+            &[],
+            &[],
+            Some(file),
+            with(|s| {
+                s.container_driver_root = Some("/from-file".into());
+                s.config_file = Some(super::tests::FILE.into());
+            }),
+        ),
+        (
+            "CONTAINER_DRIVER_ROOT over the file",
+            &[],
+            &[("CONTAINER_DRIVER_ROOT", "/env")],
+            Some(file),
+            with(|s| {
+                s.container_driver_root = Some("/env".into());
+                s.config_file = Some(super::tests::FILE.into());
+            }),
+        ),
+        (
+            "DRIVER_ROOT_CTR_PATH before CONTAINER_DRIVER_ROOT",
+            &[],
+            &[
+                ("CONTAINER_DRIVER_ROOT", "/second"),
+                ("DRIVER_ROOT_CTR_PATH", "/first"),
+            ],
+            None,
+            with(|s| s.container_driver_root = Some("/first".into())),
+        ),
+        (
+            "empty env is unset",
+            &[],
+            &[("CONTAINER_DRIVER_ROOT", "")],
+            None,
+            Settings::default(),
+        ),
+        (
+            "flag alias over env",
+            &["--driver-root-ctr-path=/flag"],
+            &[("CONTAINER_DRIVER_ROOT", "/env")],
+            None,
+            with(|s| s.container_driver_root = Some("/flag".into())),
+        ),
+        (
+            "--cdi-spec-dir over NVSHIM_CDI_SPEC_DIR",
+            &["--cdi-spec-dir", "/flag/cdi"],
+            &[("NVSHIM_CDI_SPEC_DIR", "/env/cdi")],
+            None,
+            with(|s| s.cdi_spec_dir = "/flag/cdi".into()),
+        ),
+        (
+            "NVSHIM_CDI_SPEC_DIR",
+            &[],
+            &[("NVSHIM_CDI_SPEC_DIR", "/env/cdi")],
+            None,
+            with(|s| s.cdi_spec_dir = "/env/cdi".into()),
+        ),
+        (
+            "NVSHIM_CDI_HOOK_PATH",
+            &[],
+            &[("NVSHIM_CDI_HOOK_PATH", "/opt/nvshim/bin/nvshim")],
+            None,
+            with(|s| s.cdi_hook_path = "/opt/nvshim/bin/nvshim".into()),
+        ),
+    ];
+    for (case, args, env, yaml, want) in cases {
+        let got = settings(args, env, yaml).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(got, want, "{case}");
+    }
+    assert_error(
+        "relative hook path",
+        settings(&["--cdi-hook-path=bin/hook"], &[], None),
+        &["\"bin/hook\"", "must be absolute"],
+    );
+}

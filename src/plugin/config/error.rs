@@ -71,6 +71,11 @@ pub enum PluginConfigError {
         "{origin}: empty device list strategy (valid: envvar, volume-mounts, cdi-annotations, cdi-cri)"
     )]
     NoDeviceListStrategy { origin: String },
+    #[error(
+        "the CDI hook path {path:?} must be absolute: container engines run it on the host, \
+         outside any search path"
+    )]
+    RelativeHookPath { path: PathBuf },
     /// One of NVIDIA's features nvshim does not implement, switched on by an env var.
     #[error("{name}={value:?}: nvshim does not support {feature}")]
     UnsupportedEnv {

@@ -45,6 +45,7 @@ pub struct FileSettings {
     pub sharing: Option<Sharing>,
     /// Where the `sharing.*` key is, for the checks that need the other settings too.
     pub sharing_at: Option<FileSpot>,
+    pub container_driver_root: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -88,9 +89,8 @@ struct RawPluginFlags {
     /// For NVIDIA's CDI hooks; nvshim's runtime needs none.
     #[serde(rename = "nvidiaCTKPath")]
     _nvidia_ctk_path: Option<IgnoredAny>,
-    /// Where NVIDIA's plugin container sees the driver; nvshim reads the host's.
-    #[serde(rename = "containerDriverRoot")]
-    _container_driver_root: Option<IgnoredAny>,
+    /// Where the plugin's container sees the host's driver root.
+    container_driver_root: Option<String>,
     shared_devices_allocation_policy: Option<Spanned<String>>,
 }
 
@@ -369,6 +369,7 @@ impl Checker<'_> {
                 "flags.plugin.deviceIDStrategy",
             )?;
             out.cdi_annotation_prefix = non_empty(plugin.cdi_annotation_prefix);
+            out.container_driver_root = non_empty(plugin.container_driver_root).map(PathBuf::from);
         }
         Ok(out)
     }

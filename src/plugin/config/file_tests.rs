@@ -138,9 +138,9 @@ fn file_keys() {
             from_file(|s| s.cdi_annotation_prefix = "x.io/".into()),
         ),
         (
-            "ignored plugin keys",
-            "flags: {plugin: {nvidiaCTKPath: /usr/bin/nvidia-ctk, containerDriverRoot: /driver-root, sharedDevicesAllocationPolicy: distributed}}",
-            from_file(|_| {}),
+            "ignored plugin keys, containerDriverRoot",
+            "flags: {plugin: {nvidiaCTKPath: /usr/bin/nvidia-ctk, containerDriverRoot: /drv, sharedDevicesAllocationPolicy: distributed}}",
+            from_file(|s| s.container_driver_root = Some("/drv".into())),
         ),
         (
             "empty resources",

@@ -48,6 +48,18 @@ pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// Default kubelet pod-resources socket, which the metrics ask which pod holds a GPU.
 pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// Where CDI consumers look for specs that change at run time; NVIDIA's plugin writes
+/// its spec here.
+pub const CDI_SPEC_DIR: &str = "/var/run/cdi";
+/// The file NVIDIA's plugin writes its spec to (`<vendor>-<class>.json` of
+/// `allocate::CDI_KIND`), in [`CDI_SPEC_DIR`].
+pub const CDI_SPEC_FILE: &str = "k8s.device-plugin.nvidia.com-gpu.json";
+/// NVIDIA's default `containerDriverRoot`: where its Helm chart mounts the host's
+/// driver root into the plugin's container.
+pub const CONTAINER_DRIVER_ROOT: &str = "/driver-root";
+/// The hook our CDI specs run (`link-driver`), where our packages install it on the
+/// host.
+pub const CDI_HOOK_PATH: &str = "/usr/bin/nvidia-container-runtime-hook";
 /// The XIDs NVIDIA's plugin treats as application errors, not GPU faults.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
@@ -161,6 +173,18 @@ impl Default for HealthChecks {
     }
 }
 
+impl Settings {
+    /// Whether a `cdi-*` device-list strategy is on: then the plugin writes a CDI spec.
+    pub fn uses_cdi(&self) -> bool {
+        self.device_list_strategies.iter().any(|s| {
+            matches!(
+                s,
+                DeviceListStrategy::CdiAnnotations | DeviceListStrategy::CdiCri
+            )
+        })
+    }
+}
+
 impl HealthChecks {
     /// Whether an XID marks its device unhealthy.
     pub fn is_fatal(&self, xid: u64) -> bool {
@@ -185,6 +209,15 @@ pub struct Settings {
     pub device_id_strategy: DeviceIdStrategy,
     /// `--cdi-annotation-prefix`, default `cdi.k8s.io/`.
     pub cdi_annotation_prefix: String,
+    /// `--container-driver-root`: where this process sees the host's driver root,
+    /// when not at the driver root's own path (`None`: NVIDIA's [`CONTAINER_DRIVER_ROOT`]
+    /// when that exists, else the driver root; the node decides, see `plugin::cdi_spec`).
+    pub container_driver_root: Option<PathBuf>,
+    /// `--cdi-spec-dir`: where the CDI spec of the `cdi-*` strategies is written.
+    pub cdi_spec_dir: PathBuf,
+    /// `--cdi-hook-path`: the hook binary the spec's `createContainer` hook runs, a
+    /// host path.
+    pub cdi_hook_path: PathBuf,
     /// `--kubelet-socket`; `None` (given as `""`) serves without registering.
     pub kubelet_socket: Option<PathBuf>,
     /// Where our own sockets go: `--socket-dir`, default the kubelet socket's directory.
@@ -219,6 +252,9 @@ impl Default for Settings {
             device_list_strategies: vec![DeviceListStrategy::Envvar],
             device_id_strategy: DeviceIdStrategy::Uuid,
             cdi_annotation_prefix: "cdi.k8s.io/".to_string(),
+            container_driver_root: None,
+            cdi_spec_dir: PathBuf::from(CDI_SPEC_DIR),
+            cdi_hook_path: PathBuf::from(CDI_HOOK_PATH),
             kubelet_socket: Some(PathBuf::from(KUBELET_SOCKET)),
             socket_dir: PathBuf::from(DEVICE_PLUGIN_DIR),
             sharing: None,

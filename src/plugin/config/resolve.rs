@@ -13,8 +13,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::args::{
-    ENV_CDI_ANNOTATION_PREFIX, ENV_CONFIG_FILE, ENV_DEVICE_DISCOVERY_STRATEGY,
-    ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
+    ENV_CDI_ANNOTATION_PREFIX, ENV_CDI_HOOK_PATH, ENV_CDI_SPEC_DIR, ENV_CONFIG_FILE,
+    ENV_CONTAINER_DRIVER_ROOT, ENV_DEVICE_DISCOVERY_STRATEGY, ENV_DEVICE_ID_STRATEGY,
+    ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS, ENV_DRIVER_ROOT_CTR_PATH,
     ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED, ENV_GDS_ENABLED,
     ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY,
     ENV_MOFED_ENABLED, ENV_MPS_ROOT, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
@@ -115,6 +116,21 @@ pub(super) fn merge(
             .transpose()?,
     }
     .or_else(|| file.mps_root.clone());
+    let container_driver_root = non_empty_path(args.container_driver_root.clone())
+        .or_else(|| env.path(ENV_DRIVER_ROOT_CTR_PATH))
+        .or_else(|| env.path(ENV_CONTAINER_DRIVER_ROOT))
+        .or_else(|| file.container_driver_root.clone());
+    let cdi_spec_dir = non_empty_path(args.cdi_spec_dir.clone())
+        .or_else(|| env.path(ENV_CDI_SPEC_DIR))
+        .unwrap_or(defaults.cdi_spec_dir);
+    let cdi_hook_path = non_empty_path(args.cdi_hook_path.clone())
+        .or_else(|| env.path(ENV_CDI_HOOK_PATH))
+        .unwrap_or(defaults.cdi_hook_path);
+    if !cdi_hook_path.is_absolute() {
+        return Err(PluginConfigError::RelativeHookPath {
+            path: cdi_hook_path,
+        });
+    }
     let socket_dir = non_empty_path(args.socket_dir.clone())
         .or_else(|| env.path(ENV_SOCKET_DIR))
         .unwrap_or_else(|| default_socket_dir(kubelet_socket.as_deref()));
@@ -150,6 +166,9 @@ pub(super) fn merge(
             .or_else(|| env.string(ENV_CDI_ANNOTATION_PREFIX))
             .or_else(|| file.cdi_annotation_prefix.clone())
             .unwrap_or(defaults.cdi_annotation_prefix),
+        container_driver_root,
+        cdi_spec_dir,
+        cdi_hook_path,
         kubelet_socket,
         socket_dir,
         sharing: file.sharing.clone(),

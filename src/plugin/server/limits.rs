@@ -191,10 +191,12 @@ mod tests {
                     runtime_id: format!("GPU-{gpu:036}"),
                     numa_node: None,
                     bus_id: String::new(),
+                    memory_mib: None,
                     nodes: vec![PathBuf::from(format!("/dev/nvidia{gpu}"))],
                 })
                 .collect(),
             replicas: None,
+            sharing: None,
             fail_requests_greater_than_one: false,
         }
     }

@@ -1,4 +1,5 @@
-//! Reading and replacing an engine's config file without ever leaving a half-written one.
+//! Reading and replacing a file others read (an engine's config, a CDI spec, a label
+//! file) without ever leaving a half-written one: the crate's one atomic writer.
 //!
 //! A new version goes to a temp file in the same directory (so the rename stays on one file
 //! system), gets the old file's mode and owner, is fsynced, and is renamed over the old one; the
@@ -12,14 +13,48 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::ConfigureError;
+/// Why a file could not be read, replaced or removed; each variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot create directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot save the previous {path} as {backup}: {source}; nothing was changed")]
+    Backup {
+        path: PathBuf,
+        backup: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot remove {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
 
 /// Mode of a config file we create (what the engines' packages ship).
 const NEW_FILE_MODE: u32 = 0o644;
 /// Mode of a directory we create.
 const NEW_DIR_MODE: u32 = 0o755;
 /// Suffix of the backup kept beside the file.
-pub(crate) const BACKUP_SUFFIX: &str = ".bak";
+pub const BACKUP_SUFFIX: &str = ".bak";
 /// How many temp-file names to try before giving up.
 const TEMP_ATTEMPTS: usize = 16;
 
@@ -27,7 +62,7 @@ static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// The file as it was: its text and what a replacement must keep.
 #[derive(Debug, Clone)]
-pub(crate) struct Existing {
+pub struct Existing {
     pub text: String,
     mode: u32,
     uid: u32,
@@ -36,7 +71,7 @@ pub(crate) struct Existing {
 
 /// The file that `path` names, following symlinks; `path` itself when it does not resolve
 /// (missing, or a dangling link, which the rename then replaces).
-pub(crate) fn resolve(path: &Path) -> PathBuf {
+pub fn resolve(path: &Path) -> PathBuf {
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
             fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
@@ -46,8 +81,8 @@ pub(crate) fn resolve(path: &Path) -> PathBuf {
 }
 
 /// The current file, or `None` if there is none.
-pub(crate) fn read(path: &Path) -> Result<Option<Existing>, ConfigureError> {
-    let err = |source| ConfigureError::Read {
+pub fn read(path: &Path) -> Result<Option<Existing>, WriteError> {
+    let err = |source| WriteError::Read {
         path: path.to_path_buf(),
         source,
     };
@@ -70,19 +105,19 @@ pub(crate) fn read(path: &Path) -> Result<Option<Existing>, ConfigureError> {
 /// Replaces (or creates) `path` with `bytes`, saving `existing` as `<path>.bak` first when
 /// `backup` is set; returns the backup's path if one was written. Missing parent directories
 /// are created.
-pub(crate) fn replace(
+pub fn replace(
     path: &Path,
     bytes: &[u8],
     existing: Option<&Existing>,
     backup: bool,
-) -> Result<Option<PathBuf>, ConfigureError> {
+) -> Result<Option<PathBuf>, WriteError> {
     let dir = parent(path);
     if !dir.is_dir() {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(NEW_DIR_MODE)
             .create(&dir)
-            .map_err(|source| ConfigureError::CreateDir {
+            .map_err(|source| WriteError::CreateDir {
                 path: dir.clone(),
                 source,
             })?;
@@ -91,7 +126,7 @@ pub(crate) fn replace(
     if let (Some(old), true) = (existing, backup) {
         let bak = backup_path(path);
         atomic_write(&bak, old.text.as_bytes(), Some(old)).map_err(|source| {
-            ConfigureError::Backup {
+            WriteError::Backup {
                 path: path.to_path_buf(),
                 backup: bak.clone(),
                 source,
@@ -99,7 +134,7 @@ pub(crate) fn replace(
         })?;
         saved = Some(bak);
     }
-    atomic_write(path, bytes, existing).map_err(|source| ConfigureError::Write {
+    atomic_write(path, bytes, existing).map_err(|source| WriteError::Write {
         path: path.to_path_buf(),
         source,
     })?;
@@ -107,8 +142,8 @@ pub(crate) fn replace(
 }
 
 /// Deletes `path` (a file of ours) and syncs its directory.
-pub(crate) fn remove(path: &Path) -> Result<(), ConfigureError> {
-    fs::remove_file(path).map_err(|source| ConfigureError::Remove {
+pub fn remove(path: &Path) -> Result<(), WriteError> {
+    fs::remove_file(path).map_err(|source| WriteError::Remove {
         path: path.to_path_buf(),
         source,
     })?;
@@ -118,7 +153,7 @@ pub(crate) fn remove(path: &Path) -> Result<(), ConfigureError> {
 }
 
 /// `<path>.bak`
-pub(crate) fn backup_path(path: &Path) -> PathBuf {
+pub fn backup_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(BACKUP_SUFFIX);
     PathBuf::from(name)

@@ -6,6 +6,11 @@
 //! `fcntl` for kernels that ignored the flag; `openat` does not, and reading through
 //! `Read::take` takes the plain read loop. Three calls in six, for each of the dozen
 //! files an 8-GPU create reads, on a path where a system call costs 2–3 µs on a VM.
+//!
+//! [`write`] is the other direction: the atomic replacement of a file others read
+//! (engine configs, CDI specs, label files).
+
+pub mod write;
 
 use std::fs::File;
 use std::io::{self, Read};
