@@ -9,6 +9,10 @@
 //! - `Allocate` (2 GPUs), `GetPreferredAllocation` (2 of 8) and the no-op
 //!   `GetDevicePluginOptions`, interleaved on one connection (the order rotates every
 //!   round), so machine noise and connection effects hit all three alike;
+//! - on that same process, the abuse set (issue 18): the bad requests (a 1 MiB id, a
+//!   1 MiB message, 10,000 ids, unknown ids, empty, duplicates) 100 times each and 3
+//!   kubelet restarts, then its peak RSS again, next to what NVML alone costs a bare C
+//!   process (`benches/nvml_baseline.c`, built with the system `cc`, on the same node);
 //! - with `--metrics-addr` on, a third process: `GET /metrics` over one keep-alive
 //!   connection, as Prometheus scrapes (every GPU sampled from the mock NVML at each
 //!   scrape, about 50 NVML calls), timed per scrape, and `VmRSS` before and after 1,000
@@ -205,7 +209,7 @@ async fn run() {
     let sockets = tmp.path().join("plugins");
     fs::create_dir(&sockets).unwrap();
     let kubelet = FakeKubelet::start(&sockets);
-    let bench = Bench {
+    let mut bench = Bench {
         binary: plugin(),
         args: node_args(&node, &sockets),
         node,
@@ -234,7 +238,11 @@ async fn run() {
     bench.registered(starts + 1, &plugin).await;
     let hwm_registered = plugin.status_kib("VmHWM");
     let socket = bench.sockets.join("nvidia-gpu.sock");
-    let mut client: DevicePluginClient<Channel> = kubelet::dial_plugin(&socket).await;
+    // As kubelet, which sends ids it got from us: our client's 4 MiB send limit
+    // raised so the plugin's own limit is what refuses the 1 MiB requests below.
+    let mut client: DevicePluginClient<Channel> = kubelet::dial_plugin(&socket)
+        .await
+        .max_encoding_message_size(8 << 20);
     let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
     let first = stream.message().await.unwrap().unwrap();
     assert_eq!(first.devices.len(), 8);
@@ -286,6 +294,9 @@ async fn run() {
         }
     }
     let hwm_calls = plugin.status_kib("VmHWM");
+    let abuse = abuse(&mut bench, &mut client, &uuids, starts + 1, &plugin).await;
+    let hwm_abused = plugin.status_kib("VmHWM");
+    let baseline = nvml_baseline(&bench.node, tmp.path());
     let details = [
         ("VmRSS", plugin.status_kib("VmRSS")),
         ("RssAnon", plugin.status_kib("RssAnon")),
@@ -412,6 +423,22 @@ async fn run() {
         mib(hwm_scrapes),
         String::new(),
     );
+    let own = hwm_abused.zip(baseline).map(|(p, b)| p as i64 - b as i64);
+    row(
+        &format!("peak RSS after the abuse set ({abuse} bad requests, 3 kubelet restarts)"),
+        mib(hwm_abused),
+        String::new(),
+    );
+    row(
+        "NVML alone in a bare C process (VmHWM)",
+        mib(baseline),
+        String::new(),
+    );
+    row(
+        "the plugin's own peak (the two above, subtracted)",
+        own.map_or("?".into(), |k| format!("{:.2} MiB", k as f64 / MIB)),
+        format!("<= 6 MiB: {}", verdict(own.is_some_and(|k| k <= 6 * 1024))),
+    );
     println!("one scrape: {body} bytes");
     println!();
     let mut line = String::from("after the calls:");
@@ -427,6 +454,71 @@ async fn run() {
     if let Ok(meta) = fs::metadata(&bench.binary) {
         println!("binary size: {}", mib(Some(meta.len() / 1024)));
     }
+}
+
+/// The issue's bad-request set, 100 rounds, each refused; then 3 kubelet restarts,
+/// each followed by the re-registration and kubelet's new `ListAndWatch`. Returns how
+/// many bad requests were sent.
+async fn abuse(
+    bench: &mut Bench,
+    client: &mut DevicePluginClient<Channel>,
+    uuids: &[String],
+    registered: usize,
+    plugin: &PluginProc,
+) -> usize {
+    let one = |ids: Vec<String>| AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest { devices_ids: ids }],
+    };
+    let bad = [
+        one(vec!["x".repeat(1 << 20)]),
+        one((0..10_000).map(|i| i.to_string()).collect()),
+        one((0..10_000).map(|i| format!("GPU-bogus-{i}")).collect()),
+        one(vec!["GPU-nope".into(), "MIG-nope".into()]),
+        one(vec![]),
+        one(vec![uuids[0].clone(), uuids[0].clone()]),
+    ];
+    let mut sent = 0;
+    for _ in 0..100 {
+        for request in &bad {
+            let refused = client.allocate(request.clone()).await.unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+            sent += 1;
+        }
+    }
+    for n in 1..=3 {
+        bench.kubelet.restart().await;
+        bench.registered(registered + n, plugin).await;
+    }
+    sent
+}
+
+/// VmHWM of `benches/nvml_baseline.c` run against `node`'s NVML, in KiB.
+fn nvml_baseline(node: &SimNode, dir: &Path) -> Option<u64> {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/nvml_baseline.c");
+    let binary = dir.join("nvml_baseline");
+    let built = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(source)
+        .arg("-ldl")
+        .status()
+        .ok()?;
+    assert!(built.success(), "cc {source} failed");
+    let out = std::process::Command::new(&binary)
+        .arg(plugin_proc::nvml_lib(node))
+        .env_clear()
+        .envs(node.env())
+        .output()
+        .ok()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 fn main() {

@@ -206,6 +206,10 @@ impl Round {
         let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFixed::new));
         self.servers.spawn(async move {
             let served = Server::builder()
+                // h2 buffers what a client sends up to the flow-control window before
+                // we read it (hyper's default: 1 MiB a stream): keep it to one message.
+                .initial_stream_window_size(window(limit))
+                .initial_connection_window_size(2 * window(limit))
                 .add_service(Bounded::new(DevicePluginServer::new(service), limit))
                 .serve_with_incoming_shutdown(incoming, async move {
                     // A dropped sender also means stop.
@@ -417,6 +421,12 @@ pub(super) async fn next_event(round: &mut Option<Round>) -> RoundEvent {
         }),
         else => pending().await,
     }
+}
+
+/// The HTTP/2 flow-control window for a message limit: the message and its gRPC
+/// prefix, and never below HTTP/2's default.
+fn window(limit: usize) -> u32 {
+    u32::try_from(limit + 5).unwrap_or(u32::MAX).max(65_535)
 }
 
 /// The options we register with and answer `GetDevicePluginOptions` with.
