@@ -16,6 +16,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::files::write::WriteError;
 use super::{Action, ConfigureError, Edited, Outcome};
 
 const RUNTIMES: &str = "runtimes";
@@ -175,9 +176,11 @@ fn render(
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
     config
         .serialize(&mut ser)
-        .map_err(|e| ConfigureError::Write {
-            path: file.to_path_buf(),
-            source: std::io::Error::other(e),
+        .map_err(|e| {
+            ConfigureError::File(WriteError::Write {
+                path: file.to_path_buf(),
+                source: std::io::Error::other(e),
+            })
         })?;
     // serde_json writes UTF-8 only.
     Ok(String::from_utf8_lossy(&buf).into_owned())

@@ -164,12 +164,9 @@ impl Edited {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigureError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// Reading, backing up, writing or removing the engine's file (`files::write`).
+    #[error(transparent)]
+    File(#[from] WriteError),
     #[error(
         "{path} is not valid JSON: {reason} at line {line}, column {column}; fix it first, nothing was changed"
     )]
@@ -216,31 +213,6 @@ pub enum ConfigureError {
         "{path}: unsupported containerd config version {version} (supported: 2, 3); nothing was changed"
     )]
     ContainerdVersion { path: PathBuf, version: String },
-    #[error("cannot create directory {path}: {source}")]
-    CreateDir {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot save the previous {path} as {backup}: {source}; nothing was changed")]
-    Backup {
-        path: PathBuf,
-        backup: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot remove {path}: {source}")]
-    Remove {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
     #[error("cannot run `{command}`: {source}")]
     RestartSpawn {
         command: String,
@@ -251,27 +223,6 @@ pub enum ConfigureError {
         "`{command}` failed ({status}); the new config is in place, restart the engine by hand"
     )]
     RestartFailed { command: String, status: ExitStatus },
-}
-
-/// The writer's errors, as this module has always reported them.
-impl From<WriteError> for ConfigureError {
-    fn from(error: WriteError) -> Self {
-        match error {
-            WriteError::Read { path, source } => Self::Read { path, source },
-            WriteError::CreateDir { path, source } => Self::CreateDir { path, source },
-            WriteError::Write { path, source } => Self::Write { path, source },
-            WriteError::Backup {
-                path,
-                backup,
-                source,
-            } => Self::Backup {
-                path,
-                backup,
-                source,
-            },
-            WriteError::Remove { path, source } => Self::Remove { path, source },
-        }
-    }
 }
 
 /// One engine, resolved: which file, what it is called, how to restart it.
