@@ -957,9 +957,9 @@ async fn bad_allocate_requests_are_refused_and_the_plugin_serves_on() {
         })
         .collect();
     let nine: Vec<String> = (0..9).map(|i| format!("GPU-{i}")).collect();
-    // 10,000 ids are over the message limit (64 KiB for 8 GPUs): refused from the
+    // 10,000 ids are over the message limit (8 KiB for 8 GPUs): refused from the
     // gRPC prefix, before they are read.
-    let limit = "larger than the 65536-byte limit";
+    let limit = "larger than the 8192-byte limit";
     let cases: [(&str, Vec<String>, &str); 7] = [
         ("empty", vec![], "no device ids"),
         ("unknown", vec![uuid(0), "GPU-nope".into()], "GPU-nope"),

@@ -362,16 +362,16 @@ async fn bad_allocate_requests_are_invalid_arguments_and_harmless() {
         ("empty", vec![], "no device ids"),
         ("unknown", vec![uuid(0), "GPU-nope".into()], "GPU-nope"),
         ("duplicate", vec![uuid(1), uuid(1)], &uuid(1)),
-        // Past the 64 KiB message limit: refused from the gRPC prefix, unread.
+        // Past the 8 KiB message limit: refused from the gRPC prefix, unread.
         (
             "10,000 unknown",
             many_unknown,
-            "larger than the 65536-byte limit",
+            "larger than the 8192-byte limit",
         ),
         (
             "10,000 duplicates",
             many_same,
-            "larger than the 65536-byte limit",
+            "larger than the 8192-byte limit",
         ),
     ];
     for (name, ids, names) in &cases {

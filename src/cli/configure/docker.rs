@@ -16,8 +16,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::files::write::WriteError;
 use super::{Action, ConfigureError, Edited, Outcome};
+use crate::files::write::WriteError;
 
 const RUNTIMES: &str = "runtimes";
 const DEFAULT_RUNTIME: &str = "default-runtime";
@@ -174,14 +174,12 @@ fn render(
     let mut buf = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
-    config
-        .serialize(&mut ser)
-        .map_err(|e| {
-            ConfigureError::File(WriteError::Write {
-                path: file.to_path_buf(),
-                source: std::io::Error::other(e),
-            })
-        })?;
+    config.serialize(&mut ser).map_err(|e| {
+        ConfigureError::File(WriteError::Write {
+            path: file.to_path_buf(),
+            source: std::io::Error::other(e),
+        })
+    })?;
     // serde_json writes UTF-8 only.
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }

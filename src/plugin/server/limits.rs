@@ -20,8 +20,10 @@ use tonic::server::NamedService;
 use crate::plugin::resources::Resource;
 
 /// The smallest message limit, whatever the resource: far above what kubelet sends
-/// for a node of 8 GPUs (about 400 bytes), far below what could hurt.
-const MIN_MESSAGE: usize = 64 * 1024;
+/// for a node of 8 GPUs (about 400 bytes; 56 MIG devices: under 6 KiB), and small
+/// enough that no message under it decodes into much: 10,000 one-character ids
+/// (60 KB) would cost about 0.7 MiB of `String`s.
+const MIN_MESSAGE: usize = 8 * 1024;
 /// The gRPC message prefix: a compression flag and a 4-byte length.
 const PREFIX: usize = 5;
 

@@ -424,9 +424,9 @@ pub(super) async fn next_event(round: &mut Option<Round>) -> RoundEvent {
 }
 
 /// The HTTP/2 flow-control window for a message limit: the message and its gRPC
-/// prefix, and never below HTTP/2's default.
+/// prefix. (A connection's window can only grow past HTTP/2's 65,535 bytes.)
 fn window(limit: usize) -> u32 {
-    u32::try_from(limit + 5).unwrap_or(u32::MAX).max(65_535)
+    u32::try_from(limit + 5).unwrap_or(u32::MAX)
 }
 
 /// The options we register with and answer `GetDevicePluginOptions` with.
