@@ -131,8 +131,8 @@ where
     }
 }
 
-/// Reads a request body of one gRPC message, refusing it from its prefix when the
-/// message is larger than `limit`.
+/// Reads a request body's one gRPC message (and no more than arrived with it),
+/// refusing it from its prefix when the message is larger than `limit`.
 async fn read_message(mut body: Body, limit: usize, method: &str) -> Result<Bytes, Status> {
     let mut first: Option<Bytes> = None;
     let mut joined = BytesMut::new();
@@ -157,9 +157,16 @@ async fn read_message(mut body: Body, limit: usize, method: &str) -> Result<Byte
             if len > limit {
                 return Err(too_large(method, len, limit));
             }
-        }
-        if seen.len() > limit + PREFIX {
-            return Err(too_large(method, seen.len() - PREFIX, limit));
+            if seen.len() > limit + PREFIX {
+                // More than the prefix said, and more than we take.
+                return Err(too_large(method, seen.len() - PREFIX, limit));
+            }
+            if seen.len() >= PREFIX + len {
+                // The one message is here: hand it on without waiting for the
+                // client to half-close (a client may keep its side of a
+                // `ListAndWatch` open).
+                break;
+            }
         }
     }
     Ok(first.unwrap_or_else(|| joined.freeze()))
