@@ -146,6 +146,31 @@ fn metrics_are_served_on_the_port_the_pod_declares_and_can_name_pods() {
     assert_eq!(volume["hostPath"]["path"], "/var/lib/kubelet/pod-resources");
 }
 
+/// The host's CDI spec directory is where the plugin writes its spec by default, so
+/// the engines on the host read what a `cdi-*` strategy names.
+#[test]
+fn the_plugins_cdi_spec_directory_is_the_hosts() {
+    let ds = manifest();
+    let pod = &ds["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cdi-specs")
+        .expect("the CDI spec mount");
+    let default = config::Settings::default();
+    assert_eq!(mount["mountPath"], default.cdi_spec_dir.display().to_string());
+    assert_ne!(mount["readOnly"], true, "the plugin writes there");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cdi-specs")
+        .expect("the CDI spec volume");
+    assert_eq!(volume["hostPath"]["path"], "/var/run/cdi");
+    assert_eq!(volume["hostPath"]["type"], "DirectoryOrCreate");
+}
+
 #[test]
 fn the_service_monitor_scrapes_the_plugins_metrics_port() {
     let ds = manifest();
