@@ -159,7 +159,10 @@ fn the_plugins_cdi_spec_directory_is_the_hosts() {
         .find(|m| m["name"] == "cdi-specs")
         .expect("the CDI spec mount");
     let default = config::Settings::default();
-    assert_eq!(mount["mountPath"], default.cdi_spec_dir.display().to_string());
+    assert_eq!(
+        mount["mountPath"],
+        default.cdi_spec_dir.display().to_string()
+    );
     assert_ne!(mount["readOnly"], true, "the plugin writes there");
     let volume = pod["volumes"]
         .as_array()

@@ -15,9 +15,10 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::podman::{PodmanStorage, podman};
 use common::{GPU_SCRIPT, Node, Printed, node};
 use nvshim_testkit::{Dockerd, NodeSpec, path_with_prefix, tar_rootfs};
 use serde_json::{Value, json};
@@ -248,46 +249,6 @@ fn the_shipped_hooks_d_file_is_an_oci_hook_for_prestart() {
     );
     assert_eq!(hook["stages"], json!(["prestart"]));
     assert_eq!(hook["when"], json!({"always": true}));
-}
-
-/// `podman` with private storage under `dir` and the machine's working flags.
-fn podman(dir: &Path) -> Command {
-    let mut cmd = Command::new("podman");
-    cmd.arg("--root")
-        .arg(dir.join("root"))
-        .arg("--runroot")
-        .arg(dir.join("runroot"))
-        .arg("--tmpdir")
-        .arg(dir.join("tmp"))
-        .args([
-            "--runtime",
-            "runc",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ]);
-    cmd
-}
-
-/// Stops what podman left mounted under `dir`.
-struct PodmanStorage(PathBuf);
-
-impl Drop for PodmanStorage {
-    fn drop(&mut self) {
-        let _ = podman(&self.0).args(["rm", "-af"]).output();
-        let _ = podman(&self.0).args(["system", "reset", "-f"]).output();
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<&str> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| Path::new(p).starts_with(&self.0))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for p in points {
-            let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
 }
 
 #[test]
