@@ -18,7 +18,7 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::podman::{PodmanStorage, podman};
+use common::podman::{PodmanStorage, podman, run_args};
 use common::{GPU_SCRIPT, Node, Printed, node};
 use nvshim_testkit::{Dockerd, NodeSpec, path_with_prefix, tar_rootfs};
 use serde_json::{Value, json};
@@ -266,22 +266,7 @@ fn podman_with_our_hooks_dir() {
     ok(&import, "podman import");
     let run = |env: &[&str]| {
         let mut cmd = podman(&storage.0);
-        cmd.arg("--hooks-dir").arg(&hooks).args([
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-            "-v",
-            &s.mock_volume(),
-            "-e",
-            "MOCK_NVML_CONFIG=/etc/mock-nvml.json",
-            "-e",
-            "MOCK_NVML_DEV_ROOT=/dev",
-        ]);
+        cmd.arg("--hooks-dir").arg(&hooks).args(run_args(&s.node));
         for e in env {
             cmd.args(["-e", e]);
         }
