@@ -55,18 +55,21 @@ mapfile -t targets < <(cargo fuzz list --fuzz-dir fuzz)
 # build again before every target.
 bin_dir="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
 
-start=$SECONDS
-failed=0
-failed_targets=0
-rows=()
-for target in "${targets[@]}"; do
-  corpus="$work/corpus/$target"
-  artifacts="fuzz/artifacts/$target"
-  log="$work/$target.log"
-  stamp="$work/$target.start"
+# Targets run side by side, FUZZ_JOBS at a time (default: one per CPU): each is one
+# single-threaded libFuzzer process.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+
+# Runs one target; leaves its table row in $work/<target>.row and, when it failed,
+# its report in $work/<target>.failed.
+fuzz_one() {
+  local target=$1
+  local corpus="$work/corpus/$target"
+  local artifacts="fuzz/artifacts/$target"
+  local log="$work/$target.log"
+  local stamp="$work/$target.start"
   mkdir -p "$corpus" "$artifacts"
   touch "$stamp"
-  args=(
+  local args=(
     -max_total_time="$seconds"
     # Any input slower than this is a hang: these parsers take microseconds.
     -timeout=10
@@ -77,26 +80,56 @@ for target in "${targets[@]}"; do
   if [ -f "fuzz/dicts/$target.dict" ]; then
     args+=(-dict="fuzz/dicts/$target.dict")
   fi
-  echo "== fuzzing $target for ${seconds}s"
   # New inputs go to the first corpus directory; the seeds are only read.
-  rc=0
+  local rc=0
   "$bin_dir/$target" "${args[@]}" "$corpus" "fuzz/corpus/$target" >"$log" 2>&1 || rc=$?
+  local execs rate units crashes
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
   units=$(grep -o 'corp: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
   crashes=$(find "$artifacts" -type f -newer "$stamp" \
     \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | wc -l)
-  rows+=("$(printf '%-14s %12s %10s %8s %8s' "$target" "${execs:-?}" "${rate:-?}" "${units:-?}" "$crashes")")
+  printf '%-14s %12s %10s %8s %8s\n' "$target" "${execs:-?}" "${rate:-?}" "${units:-?}" "$crashes" >"$work/$target.row"
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
+    {
+      echo "!! $target failed (exit $rc, $crashes crash inputs in $artifacts/); the end of $log:"
+      tail -n 60 "$log"
+      find "$artifacts" -type f -newer "$stamp" | while read -r input; do
+        echo "!! input $input ($(wc -c <"$input") bytes), base64 of its first 4 KiB:"
+        head -c 4096 "$input" | base64 -w 0
+        echo
+      done
+    } >"$work/$target.failed"
+  fi
+}
+
+start=$SECONDS
+running=0
+for target in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "== fuzzing $target for ${seconds}s"
+  fuzz_one "$target" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=0
+failed_targets=0
+rows=()
+for target in "${targets[@]}"; do
+  if [ -f "$work/$target.row" ]; then
+    rows+=("$(cat "$work/$target.row")")
+  else
+    rows+=("$(printf '%-14s %12s' "$target" 'did not run')")
+    echo "!! fuzz-work/$target.row missing" >"$work/$target.failed"
+  fi
+  if [ -f "$work/$target.failed" ]; then
     failed=1
     failed_targets=$((failed_targets + 1))
-    echo "!! $target failed (exit $rc, $crashes crash inputs in $artifacts/); the end of $log:"
-    tail -n 60 "$log"
-    find "$artifacts" -type f -newer "$stamp" | while read -r input; do
-      echo "!! input $input ($(wc -c <"$input") bytes), base64 of its first 4 KiB:"
-      head -c 4096 "$input" | base64 -w 0
-      echo
-    done
+    cat "$work/$target.failed"
   fi
 done
 run_s=$((SECONDS - start))
@@ -105,7 +138,7 @@ echo
 printf '%-14s %12s %10s %8s %8s\n' target execs execs/s corpus crashes
 printf '%s\n' "${rows[@]}"
 echo
-echo "cargo-fuzz install ${install_s}s, build ${build_s}s, runs ${run_s}s (${#targets[@]} targets x ${seconds}s)"
+echo "cargo-fuzz install ${install_s}s, build ${build_s}s, runs ${run_s}s (${#targets[@]} targets x ${seconds}s, ${jobs} at a time)"
 if [ "$failed" -ne 0 ]; then
   echo "fuzzing found crashes: see above"
 fi

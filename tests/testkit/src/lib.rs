@@ -26,6 +26,7 @@ mod driver;
 mod engines;
 mod error;
 mod files;
+pub mod layering;
 mod mock_config;
 mod mps;
 mod node;
