@@ -4,7 +4,7 @@
 //! edited `config.json` keeps every field we did not touch, …).
 //!
 //! Shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`, one line each) and by
-//! `tests/security/fuzz_regressions.rs`, which includes this file with `#[path]` and replays the
+//! `tests/fuzz_regressions.rs`, which includes this file with `#[path]` and replays the
 //! seed corpora and every crash ever found, so a plain `cargo test` re-checks them
 //! without the fuzzer. It may use only `nvshim`, `serde_json` and `std`: the test crate
 //! has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
@@ -156,7 +156,7 @@ pub fn request_build(data: &[u8]) {
         }
     }
     if let Ok(request) = nvshim::request::build(&inputs, &policy) {
-        // The invariants `src/request/inputs_rules_tests.rs` states for the builder.
+        // The invariants `tests/request_inputs.rs` states for the builder.
         if request.ignored.is_some() && request.devices != DeviceList::Void {
             panic!("a dropped request has devices: {request:?}");
         }
