@@ -20,7 +20,6 @@ use crate::common::{Node, node};
 use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
 
-const HOOK: &str = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
 const NVSHIM: &str = env!("CARGO_BIN_EXE_nvshim");
 const PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -94,7 +93,7 @@ impl Setup {
                 spec["hooks"] = json!({"prestart": [
                     {"path": "/bin/sh", "args": ["sh", "-c", enter], "env": [format!("PATH={PATH}")]},
                     {
-                        "path": HOOK,
+                        "path": crate::common::hook_bin(),
                         "args": ["nvidia-container-runtime-hook", "prestart"],
                         "env": [format!("PATH={PATH}"), format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display())],
                     },

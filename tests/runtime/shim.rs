@@ -426,7 +426,7 @@ fn parallel_creates_all_succeed_and_log_intact_lines() {
 #[test]
 fn the_hook_is_a_no_op_after_the_runtime_and_refuses_a_pid_that_is_no_container() {
     let host = Host::new(2);
-    let hook = env!("CARGO_BIN_EXE_nvidia-container-runtime-hook");
+    let hook = &crate::common::hook_bin();
     let state = |b: &Path| {
         json!({"ociVersion": "1.0.2", "id": "c", "status": "creating", "pid": 1, "bundle": b})
             .to_string()
