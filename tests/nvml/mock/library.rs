@@ -7,8 +7,8 @@ use super::*;
 
 #[test]
 fn init_fails_without_a_usable_config() -> TestResult {
-    let test = &test_name!("init_fails_without_a_usable_config");
-    if child(test).is_some() {
+    const TEST: &str = "library::init_fails_without_a_usable_config";
+    if child(TEST).is_some() {
         let failure = call_failure(Nvml::load(&mock_library()?))?;
         assert_eq!(
             failure,
@@ -56,11 +56,11 @@ fn init_fails_without_a_usable_config() -> TestResult {
             }
         }
         let stderr = node
-            .run_child(test, &[])
+            .run_child(TEST, &[])
             .map_err(|e| ChildFailed(format!("case {case}: {e}")))?;
         assert!(stderr.contains(reason), "case {case}: stderr {stderr:?}");
     }
-    let stderr = node.run_child(test, &[("MOCK_NVML_CONFIG", None)])?;
+    let stderr = node.run_child(TEST, &[("MOCK_NVML_CONFIG", None)])?;
     assert!(
         stderr.contains("MOCK_NVML_CONFIG is not set"),
         "case env unset: {stderr:?}"
@@ -121,84 +121,79 @@ fn xid_events_are_delivered() -> TestResult {
         node.write_config(&config)?;
         Ok(node)
     };
-    check_mock(
-        &test_name!("xid_events_are_delivered"),
-        node,
-        |nvml, dir| {
-            let a100 = nvml.device_by_uuid(UUID_07)?;
-            let a100_mig = nvml.device_by_uuid(UUID_B1)?;
-            assert_ne!(
-                a100.supported_event_types()? & EVENT_TYPE_XID_CRITICAL_ERROR,
-                0
-            );
-            let events = nvml.event_set()?;
-            // The T4 (UUID_0A) is left unregistered: its configured XID must never arrive.
-            events.register(&a100, EVENT_TYPE_XID_CRITICAL_ERROR)?;
-            events.register(&a100_mig, EVENT_TYPE_XID_CRITICAL_ERROR)?;
-            let mig = a100_mig.mig_device_by_index(1)?;
-            assert_eq!(
-                events
-                    .register(&mig, EVENT_TYPE_XID_CRITICAL_ERROR)
-                    .err()
-                    .and_then(|e| e.code()),
-                Some(Return::NotSupported),
-                "case register a MIG device"
-            );
+    check_mock("library::xid_events_are_delivered", node, |nvml, dir| {
+        let a100 = nvml.device_by_uuid(UUID_07)?;
+        let a100_mig = nvml.device_by_uuid(UUID_B1)?;
+        assert_ne!(
+            a100.supported_event_types()? & EVENT_TYPE_XID_CRITICAL_ERROR,
+            0
+        );
+        let events = nvml.event_set()?;
+        // The T4 (UUID_0A) is left unregistered: its configured XID must never arrive.
+        events.register(&a100, EVENT_TYPE_XID_CRITICAL_ERROR)?;
+        events.register(&a100_mig, EVENT_TYPE_XID_CRITICAL_ERROR)?;
+        let mig = a100_mig.mig_device_by_index(1)?;
+        assert_eq!(
+            events
+                .register(&mig, EVENT_TYPE_XID_CRITICAL_ERROR)
+                .err()
+                .and_then(|e| e.code()),
+            Some(Return::NotSupported),
+            "case register a MIG device"
+        );
 
-            // The XID event each case waits for, as (GPU uuid, XID, GPU instance, compute
-            // instance), or None for none.
-            type Want<'a> = Option<(&'a str, u64, u32, u32)>;
-            let expect = |cases: &[(&str, Want)]| -> TestResult {
-                for &(case, want) in cases {
-                    let timeout = if case.starts_with("nothing") {
-                        50
-                    } else {
-                        5_000
-                    };
-                    let got = match events.wait(timeout)? {
-                        None => None,
-                        Some(e) => Some((
-                            e.device.uuid()?,
-                            e.event_type,
-                            e.event_data,
-                            e.gpu_instance_id,
-                            e.compute_instance_id,
-                        )),
-                    };
-                    let xid = EVENT_TYPE_XID_CRITICAL_ERROR;
-                    let want =
-                        want.map(|(uuid, data, gi, ci)| (uuid.to_string(), xid, data, gi, ci));
-                    assert_eq!(got, want, "case {case}");
-                }
-                Ok(())
-            };
-            let none = INSTANCE_ID_NONE;
-            expect(&[
-                ("configured xid", Some((UUID_07, 79, none, none))),
-                ("nothing due", None),
-            ])?;
-            let mut file = std::fs::OpenOptions::new()
-                .append(true)
-                .open(dir.join("xid-events"))?;
-            file.write_all(format!("{UUID_07} 48\n{MIG_B1_2} 31\n{UUID_0A} 13\n").as_bytes())?;
-            expect(&[
-                ("appended GPU line", Some((UUID_07, 48, none, none))),
-                ("appended MIG line", Some((UUID_B1, 31, 2, 0))),
-                ("nothing for the unregistered GPU", None),
-            ])
-        },
-    )
+        // The XID event each case waits for, as (GPU uuid, XID, GPU instance, compute
+        // instance), or None for none.
+        type Want<'a> = Option<(&'a str, u64, u32, u32)>;
+        let expect = |cases: &[(&str, Want)]| -> TestResult {
+            for &(case, want) in cases {
+                let timeout = if case.starts_with("nothing") {
+                    50
+                } else {
+                    5_000
+                };
+                let got = match events.wait(timeout)? {
+                    None => None,
+                    Some(e) => Some((
+                        e.device.uuid()?,
+                        e.event_type,
+                        e.event_data,
+                        e.gpu_instance_id,
+                        e.compute_instance_id,
+                    )),
+                };
+                let xid = EVENT_TYPE_XID_CRITICAL_ERROR;
+                let want = want.map(|(uuid, data, gi, ci)| (uuid.to_string(), xid, data, gi, ci));
+                assert_eq!(got, want, "case {case}");
+            }
+            Ok(())
+        };
+        let none = INSTANCE_ID_NONE;
+        expect(&[
+            ("configured xid", Some((UUID_07, 79, none, none))),
+            ("nothing due", None),
+        ])?;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("xid-events"))?;
+        file.write_all(format!("{UUID_07} 48\n{MIG_B1_2} 31\n{UUID_0A} 13\n").as_bytes())?;
+        expect(&[
+            ("appended GPU line", Some((UUID_07, 48, none, none))),
+            ("appended MIG line", Some((UUID_B1, 31, 2, 0))),
+            ("nothing for the unregistered GPU", None),
+        ])
+    })
 }
 
 #[test]
 fn the_call_log_records_loading_and_calls() -> TestResult {
-    let test = &test_name!("the_call_log_records_loading_and_calls");
-    if child(test).is_some() {
+    const TEST: &str = "library::the_call_log_records_loading_and_calls";
+    if child(TEST).is_some() {
         assert_eq!(load_mock()?.device_count()?, 3);
         return Ok(());
     }
     let node = Node::standard()?;
-    node.run_child(test, &[])?;
+    node.run_child(TEST, &[])?;
     let log = std::fs::read_to_string(node.path("calls.log"))?;
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.first(), Some(&"loaded"), "log {lines:?}");
@@ -272,7 +267,7 @@ fn the_nvml_inventory_matches_the_node() -> TestResult {
         Ok(node)
     };
     in_child(
-        &test_name!("the_nvml_inventory_matches_the_node"),
+        "library::the_nvml_inventory_matches_the_node",
         node,
         |dir| {
             let library = mock_library()?;
