@@ -56,9 +56,11 @@ ifeq ($(NEXTEST),yes)
 else
 	$(CARGO) test --workspace --no-fail-fast
 endif
-	# The shim and hook tests again, against the static runtime and hook that packages install.
+	# The shim and hook tests again, against the static runtime and hook that packages install:
+	# the runtime group's shim, runc and driver_params modules and the hook group's prestart,
+	# engines and security modules (libtest filters match a test's module path).
 	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
-	  $(CARGO) test --test runtime_shim --test runtime_runc --test driver_params --test hook_prestart --test hook_engines --test hook_security
+	  $(CARGO) test --test runtime --test hook -- shim:: runc:: driver_params:: prestart:: engines:: security::
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash

@@ -8,7 +8,7 @@
 # backtrace) in fuzz/target/fuzz-work/<target>.log, whose end is printed. Reproduce with
 #   RUSTC_BOOTSTRAP=1 cargo fuzz run -a -s none <target> fuzz/artifacts/<target>/crash-…
 # then keep the (minimized: `cargo fuzz tmin`) input in tests/fixtures/fuzz-regressions/
-# <target>/, where tests/fuzz_regressions.rs replays it on every `cargo test`.
+# <target>/, where tests/security/fuzz_regressions.rs replays it on every `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -22,6 +22,8 @@ mod state;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod roundtrip_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Unit tests: the read views on odd shapes, parse errors, the OCI state, and the temp-file
-//! naming of `save`. Round trips over real `config.json` files are in tests/spec_roundtrip.rs.
+//! naming of `save`. Round trips over real `config.json` files are in roundtrip_tests.rs.
 
 use std::fs;
 use std::os::unix::fs::symlink;

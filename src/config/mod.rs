@@ -61,6 +61,8 @@ mod error_tests;
 #[cfg(test)]
 mod load_tests;
 #[cfg(test)]
+mod shipped_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io;

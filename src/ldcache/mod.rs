@@ -29,6 +29,8 @@ mod write;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod system_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;

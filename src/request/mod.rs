@@ -17,6 +17,11 @@ mod devices;
 mod inputs;
 mod require;
 
+#[cfg(test)]
+mod inputs_rules_tests;
+#[cfg(test)]
+mod inputs_tests;
+
 use std::fmt;
 
 use serde::Serialize;

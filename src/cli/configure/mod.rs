@@ -18,6 +18,8 @@ mod diff;
 mod docker;
 
 #[cfg(test)]
+mod containerd_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io::{self, Write};

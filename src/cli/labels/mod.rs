@@ -19,6 +19,8 @@ mod compute;
 mod k8s;
 
 #[cfg(test)]
+mod deployments_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io::{self, Write};

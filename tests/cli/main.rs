@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The admin CLI `nvshim` through the real binary on simulated nodes: `info` and `list`,
+//! `configure` (with the engines it configures), `doctor`, `labels`, the CDI specs
+//! `cdi generate` writes, and the packages that ship it all. One test binary, so the
+//! library is linked once for all of them.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cdi_schema;
+mod configure;
+mod doctor;
+mod info_list;
+mod labels;
+mod packages;

@@ -1,0 +1,272 @@
+//! `nvidia-container-runtime run` through real runc, on a simulated 8-GPU node, with
+//! a glibc rootfs: the container sees exactly the GPUs it asked for, the fake
+//! `nvidia-smi -L` inside (the node's, mounted by the runtime, loading the node's
+//! mock NVML through the container's own linker cache) lists them, and `ldconfig -p`
+//! inside lists the driver's libraries.
+//!
+//! On the standard node the last two GPUs' minors are swapped (GPU 6 is
+//! `/dev/nvidia7`), so index→minor mistakes show.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::common::{GPU_SCRIPT as SCRIPT, Node, Printed, node};
+use nvshim_testkit::{NodeSpec, runc_bundle};
+use serde_json::{Value, json};
+
+struct E2e {
+    node: Node,
+    dir: tempfile::TempDir,
+    rootfs: PathBuf,
+}
+
+fn setup() -> E2e {
+    let node = node(&NodeSpec::standard(8));
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = dir.path().join("rootfs");
+    node.sim.container_rootfs().build(&rootfs).unwrap();
+    let log = dir.path().join("runtime.log");
+    fs::write(
+        dir.path().join("config.toml"),
+        node.sim.runtime_config("runc", Some(&log)),
+    )
+    .unwrap();
+    E2e { node, dir, rootfs }
+}
+
+static IDS: AtomicUsize = AtomicUsize::new(0);
+
+struct Run {
+    out: Output,
+    bundle: PathBuf,
+    id: String,
+}
+
+impl Run {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn printed(&self) -> Printed {
+        Printed(self.stdout())
+    }
+}
+
+impl E2e {
+    fn uuid(&self, index: usize) -> &str {
+        &self.node.sim.spec.gpus[index].uuid
+    }
+
+    fn runc_root(&self) -> PathBuf {
+        self.dir.path().join("runc-root")
+    }
+
+    /// Runs SCRIPT in a fresh bundle with `env` through our runtime and real runc.
+    fn run(&self, env: &[&str]) -> Run {
+        let n = IDS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("nvshim-e2e-{}-{n}", std::process::id());
+        let bundle = self.dir.path().join(&id);
+        let mut all_env = vec![
+            "MOCK_NVML_CONFIG=/etc/mock-nvml.json",
+            "MOCK_NVML_DEV_ROOT=/dev",
+        ];
+        all_env.extend_from_slice(env);
+        runc_bundle(&bundle, &self.rootfs, &["sh", "-c", SCRIPT], &all_env).unwrap();
+        // The mock NVML reads the node's GPUs from its config: mount it in.
+        let path = bundle.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        spec["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/etc/mock-nvml.json",
+            "type": "bind",
+            "source": self.node.sim.mock_config,
+            "options": ["ro", "bind"],
+        }));
+        fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        let out = Command::new(crate::common::runtime_bin())
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env(
+                "NVIDIA_CTK_CONFIG_FILE_PATH",
+                self.dir.path().join("config.toml"),
+            )
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(["run", "--bundle"])
+            .arg(&bundle)
+            .arg(&id)
+            .output()
+            .unwrap();
+        Run { out, bundle, id }
+    }
+
+    /// Whether runc knows the container (it must not after a failed create).
+    fn exists(&self, id: &str) -> bool {
+        Command::new("runc")
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(["state", id])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+}
+
+fn ok(run: &Run) {
+    assert!(
+        run.out.status.success(),
+        "container failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        run.out.status,
+        run.stdout(),
+        run.stderr()
+    );
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+const CONTROL: [&str; 3] = ["nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"];
+
+#[test]
+fn two_gpus_by_index_are_all_the_container_sees() {
+    let e = setup();
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0,2"]);
+    ok(&run);
+    let mut want = CONTROL.to_vec();
+    want.extend(["nvidia0", "nvidia2"]);
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&want),
+        "{}",
+        run.stdout()
+    );
+    let smi = run.printed().smi_lines();
+    assert_eq!(smi.len(), 2, "{}", run.stdout());
+    assert!(
+        smi[0].contains(e.uuid(0)) && smi[1].contains(e.uuid(2)),
+        "{smi:?}"
+    );
+    let cache = run.printed().section(2);
+    for lib in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        assert!(
+            cache.contains(&format!(
+                "{lib} (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/{lib}"
+            )),
+            "{lib} not in the container's cache:\n{cache}"
+        );
+    }
+    // The image's own entries are still there.
+    assert!(cache.contains("libc.so.6"), "{cache}");
+    // The spec says why: the debug log has one line per injected item.
+    let log = fs::read_to_string(e.dir.path().join("runtime.log")).unwrap();
+    assert!(
+        log.contains("inject device node") && log.contains("inject mount"),
+        "{log}"
+    );
+}
+
+#[test]
+fn uuids_pick_the_right_minors() {
+    let e = setup();
+    // GPU 6 is /dev/nvidia7 on the standard node.
+    let list = format!("NVIDIA_VISIBLE_DEVICES={},{}", e.uuid(1), e.uuid(6));
+    let run = e.run(&[&list]);
+    ok(&run);
+    let mut want = CONTROL.to_vec();
+    want.extend(["nvidia1", "nvidia7"]);
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&want),
+        "{}",
+        run.stdout()
+    );
+    let smi = run.printed().smi_lines().join("\n");
+    assert!(smi.contains(e.uuid(1)) && smi.contains(e.uuid(6)), "{smi}");
+    assert_eq!(run.printed().smi_lines().len(), 2, "{smi}");
+}
+
+#[test]
+fn all_none_void_and_unset() {
+    let e = setup();
+
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    ok(&run);
+    let mut want = CONTROL.to_vec();
+    let gpus: Vec<String> = (0..8).map(|m| format!("nvidia{m}")).collect();
+    want.extend(gpus.iter().map(String::as_str));
+    assert_eq!(run.printed().nvidia_nodes(), strings(&want));
+    assert_eq!(run.printed().smi_lines().len(), 8, "{}", run.stdout());
+
+    // `none`: the driver (control nodes, libraries, nvidia-smi) but no GPU.
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=none"]);
+    ok(&run);
+    assert_eq!(
+        run.printed().nvidia_nodes(),
+        strings(&CONTROL),
+        "{}",
+        run.stdout()
+    );
+    assert!(run.printed().smi_lines().is_empty(), "{}", run.stdout());
+    assert!(
+        run.printed().section(2).contains("libcuda.so.1"),
+        "{}",
+        run.stdout()
+    );
+
+    // `void` and unset: nothing at all, and config.json is not rewritten.
+    for env in [&["NVIDIA_VISIBLE_DEVICES=void"][..], &[][..]] {
+        let run = e.run(env);
+        ok(&run);
+        assert!(
+            run.printed().nvidia_nodes().is_empty(),
+            "{env:?}: {}",
+            run.stdout()
+        );
+        assert!(
+            run.printed().section(1).contains("rc=127"),
+            "no nvidia-smi: {}",
+            run.stdout()
+        );
+        assert!(
+            !run.printed().section(2).contains("libcuda"),
+            "{}",
+            run.stdout()
+        );
+        let spec = fs::read_to_string(run.bundle.join("config.json")).unwrap();
+        assert!(!spec.contains("nvshim.io/injected"), "{env:?}");
+    }
+}
+
+#[test]
+fn an_unknown_gpu_fails_the_create_and_names_it() {
+    let e = setup();
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0,9"]);
+    assert!(!run.out.status.success(), "{}", run.stdout());
+    let err = run.stderr();
+    assert!(err.contains("\"9\"") && err.contains("GPU"), "{err}");
+    assert!(!e.exists(&run.id), "the container must not exist");
+    let spec = fs::read_to_string(run.bundle.join("config.json")).unwrap();
+    assert!(!spec.contains("/dev/nvidia"), "config.json untouched");
+    assert!(
+        !Path::new(&run.bundle)
+            .join("rootfs/etc/ld.so.cache")
+            .exists()
+            || !fs::read(run.bundle.join("rootfs/etc/ld.so.cache"))
+                .unwrap()
+                .windows(12)
+                .any(|w| w == b"libcuda.so.1"),
+        "the rootfs's cache untouched"
+    );
+}

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Replays the fuzz targets' inputs without the fuzzer: every seed in `fuzz/corpus/<target>/`
+//! and every crash kept in `tests/fixtures/fuzz-regressions/<target>/` goes through the same
+//! check the fuzz target runs (`fuzz/src/checks.rs`: no panic, and each parser's round-trip
+//! property). So a plain `cargo test` re-checks them, and a crash the fuzzer found stays
+//! fixed.
+
+use std::fs;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+#[path = "../../fuzz/src/checks.rs"]
+mod checks;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The files in `dir`, sorted; none when it does not exist.
+fn inputs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| n != "README.md"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs each target's check on every file under `base/<target>/`; returns how many files
+/// ran and a line for each one whose check panicked.
+fn replay(base: &str) -> (usize, Vec<String>) {
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for (target, check) in checks::TARGETS {
+        for path in inputs(&Path::new(ROOT).join(base).join(target)) {
+            let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            ran += 1;
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| check(&bytes))) {
+                let message = payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                failures.push(format!("{target}: {}: {message}", path.display()));
+            }
+        }
+    }
+    (ran, failures)
+}
+
+#[test]
+fn seed_corpora_pass_every_check() {
+    let (ran, failures) = replay("fuzz/corpus");
+    assert!(ran >= checks::TARGETS.len(), "only {ran} seed inputs found");
+    assert!(
+        failures.is_empty(),
+        "seed inputs failing:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_target_has_seeds() {
+    for (target, _) in checks::TARGETS {
+        let dir = Path::new(ROOT).join("fuzz/corpus").join(target);
+        assert!(
+            !inputs(&dir).is_empty(),
+            "case {target}: no seeds in {}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn every_fuzz_target_is_replayed() {
+    let dir = Path::new(ROOT).join("fuzz/fuzz_targets");
+    let mut on_disk: Vec<String> = inputs(&dir)
+        .iter()
+        .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()))
+        .collect();
+    on_disk.sort();
+    let mut replayed: Vec<String> = checks::TARGETS.iter().map(|(t, _)| t.to_string()).collect();
+    replayed.sort();
+    assert_eq!(
+        on_disk, replayed,
+        "fuzz/fuzz_targets/ and checks::TARGETS differ"
+    );
+}
+
+#[test]
+fn crashes_found_by_fuzzing_stay_fixed() {
+    let (_, failures) = replay("tests/fixtures/fuzz-regressions");
+    assert!(
+        failures.is_empty(),
+        "fuzz regressions failing:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn regression_directories_name_real_targets() {
+    let base = Path::new(ROOT).join("tests/fixtures/fuzz-regressions");
+    let Ok(entries) = fs::read_dir(&base) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        if entry.path().is_dir() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                checks::TARGETS.iter().any(|(t, _)| *t == name),
+                "case {name}: {} is not a fuzz target's name",
+                entry.path().display()
+            );
+        }
+    }
+}
+
+/// The `config_json` check's own check: on a real spec it sees the edits applied, and it
+/// notices an untouched field that changed, moved or went missing.
+#[test]
+fn the_rewrite_check_notices_changed_fields() {
+    let path = Path::new(ROOT).join("fuzz/corpus/config_json/docker.json");
+    let bytes = fs::read(&path).expect("docker.json seed");
+    let original: serde_json::Value = serde_json::from_slice(&bytes).expect("docker.json");
+    let edits = checks::fixed_edits();
+    let mut edited = original.clone();
+    nvshim::inject::apply(&mut edited, &edits).expect("edits apply to docker.json");
+    assert_ne!(edited, original, "the edits changed nothing");
+    assert_eq!(checks::kept_in_place(&original, &edited, &edits), Ok(()));
+
+    type Tamper = fn(&mut serde_json::Value);
+    let tamper: [(&str, Tamper); 5] = [
+        ("hostname changed", |v| v["hostname"] = "other".into()),
+        ("env entry dropped", |v| {
+            if let Some(env) = v["process"]["env"].as_array_mut() {
+                env.remove(0);
+            }
+        }),
+        ("mount moved", |v| {
+            if let Some(mounts) = v["mounts"].as_array_mut() {
+                mounts.swap(0, 1);
+            }
+        }),
+        ("key order changed", |v| {
+            if let Some(root) = v.as_object_mut()
+                && let Some(version) = root.shift_remove("ociVersion")
+            {
+                root.insert("ociVersion".into(), version);
+            }
+        }),
+        ("linux field dropped", |v| {
+            if let Some(linux) = v["linux"].as_object_mut() {
+                linux.shift_remove("namespaces");
+            }
+        }),
+    ];
+    for (case, change) in tamper {
+        let mut changed = edited.clone();
+        change(&mut changed);
+        assert!(
+            checks::kept_in_place(&original, &changed, &edits).is_err(),
+            "case {case}: not noticed"
+        );
+    }
+}
