@@ -210,7 +210,12 @@ fn referenced_paths(text: &str) -> Vec<Vec<String>> {
 
 /// Parses the use tree at `i` (a path, maybe ending in `::{…}` or `::*`), pushing
 /// each leaf path (prefixed by `prefix`) to `out`; returns where it ended.
-fn use_tree(chars: &[char], mut i: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+fn use_tree(
+    chars: &[char],
+    mut i: usize,
+    prefix: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> usize {
     let mut path = prefix;
     loop {
         i = skip_ws(chars, i);
@@ -312,12 +317,16 @@ fn is_ident(c: char) -> bool {
 }
 
 fn ident_at(chars: &[char], i: usize) -> (String, usize) {
-    let end = (i..chars.len()).find(|&j| !is_ident(chars[j])).unwrap_or(chars.len());
+    let end = (i..chars.len())
+        .find(|&j| !is_ident(chars[j]))
+        .unwrap_or(chars.len());
     (chars[i..end].iter().collect(), end)
 }
 
 fn at(chars: &[char], i: usize, s: &str) -> bool {
-    s.chars().enumerate().all(|(k, c)| chars.get(i + k) == Some(&c))
+    s.chars()
+        .enumerate()
+        .all(|(k, c)| chars.get(i + k) == Some(&c))
 }
 
 fn skip_ws(chars: &[char], mut i: usize) -> usize {
@@ -358,8 +367,14 @@ mod tests {
     #[test]
     fn floors_and_cycles_are_found() {
         let dir = tree(&[
-            ("lib.rs", "pub mod low;\n\npub mod mid;\npub mod side;\n\npub mod top;\n"),
-            ("low.rs", "use crate::top::X; // crate::side::Y in a comment\n"),
+            (
+                "lib.rs",
+                "pub mod low;\n\npub mod mid;\npub mod side;\n\npub mod top;\n",
+            ),
+            (
+                "low.rs",
+                "use crate::top::X; // crate::side::Y in a comment\n",
+            ),
             ("mid.rs", "use crate::side::Y;\n"),
             ("side.rs", ""),
             ("top/mod.rs", "mod a;\nmod b;\n"),
