@@ -6,8 +6,8 @@
 //! Shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`, one line each) and by
 //! `tests/fuzz_regressions.rs`, which includes this file with `#[path]` and replays the
 //! seed corpora and every crash ever found, so a plain `cargo test` re-checks them
-//! without the fuzzer. It may use only `nvshim`, `serde_json` and `std`: the test crate
-//! has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
+//! without the fuzzer. It may use only `nvshim`, `nvshim_device_plugin` (for the
+//! plugin's HTTP/2 fix), `serde_json` and `std`: the test crate has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
 //! property is a `panic!` that says which.
 
 use std::path::Path;
@@ -16,11 +16,11 @@ use std::str::FromStr;
 use nvshim::bundle::{self, SpecDoc};
 use nvshim::cdi::spec as cdi_spec;
 use nvshim::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
-use nvshim::plugin::http2::{Http2Error, Inbound, PREFACE};
 use nvshim::request::{
     ContainerInputs, DeviceList, DriverCapabilities, InputMount, RequestPolicy, Requirement,
     compare_versions,
 };
+use nvshim_device_plugin::http2::{Http2Error, Inbound, PREFACE};
 use serde_json::{Map, Value};
 
 /// A check: panics if the parser fails it on these bytes.
@@ -488,9 +488,9 @@ pub fn config_toml(data: &[u8]) {
     let _ = nvshim::pipeline::context(&config);
 }
 
-/// The device plugin's YAML config file.
+/// The device plugin's (and GFD's) YAML config file.
 pub fn plugin_yaml(data: &[u8]) {
-    let _ = nvshim::plugin::config::parse_file(data, Path::new("config.yaml"));
+    let _ = nvshim::k8s_config::parse_file(data, Path::new("config.yaml"));
 }
 
 /// The OCI state a runtime writes on a hook's stdin. What parses has what

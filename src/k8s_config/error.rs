@@ -28,7 +28,6 @@ impl fmt::Display for FileSpot {
 /// Why a value or the config file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum K8sConfigError {
-
     #[error("unknown MIG strategy {value:?} (valid: none, single, mixed)")]
     MigStrategy { value: String },
     #[error(

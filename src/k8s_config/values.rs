@@ -118,8 +118,6 @@ pub fn parse_device_list_strategy(s: &str) -> Result<DeviceListStrategy, K8sConf
 
 /// A comma list of device list strategies (`envvar,volume-mounts`), as in
 /// `DEVICE_LIST_STRATEGY`; items are trimmed, order and duplicates kept.
-pub fn parse_device_list_strategies(
-    s: &str,
-) -> Result<Vec<DeviceListStrategy>, K8sConfigError> {
+pub fn parse_device_list_strategies(s: &str) -> Result<Vec<DeviceListStrategy>, K8sConfigError> {
     s.split(',').map(parse_device_list_strategy).collect()
 }

@@ -25,9 +25,9 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-#[path = "../tests/common/kubelet.rs"]
+#[path = "../tests/plugin/common/kubelet.rs"]
 mod kubelet;
-#[path = "../tests/common/plugin_proc.rs"]
+#[path = "../tests/plugin/common/plugin_proc.rs"]
 mod plugin_proc;
 
 use std::fs;

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use nvshim::discover::table::CONTROL_NODE;
 use crate::config::{DeviceListStrategy, Settings};
 use crate::mps::{self, Limits};
 use crate::resources::{Device, Resource, ResourceIndex, Unit};
+use nvshim::discover::table::CONTROL_NODE;
 use nvshim::request::{ENV_VISIBLE_DEVICES, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE};
 
 /// The vendor and class of the CDI devices NVIDIA's plugin generates its spec for:

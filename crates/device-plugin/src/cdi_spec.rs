@@ -27,14 +27,14 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::allocate::CDI_KIND;
+use crate::config::{CDI_SPEC_FILE, CONTAINER_DRIVER_ROOT, DeviceIdStrategy, Settings};
+use crate::resources::Resource;
 use nvshim::cdi::{Spec, spec};
 use nvshim::files::write::{self, WriteError};
 use nvshim::generate::{self, GenerateError, NameStrategy, Options};
 use nvshim::inventory::{Backend, Inventory, Source};
 use nvshim::pipeline::{CdiFiles, Context, NvmlAccess};
-use crate::allocate::CDI_KIND;
-use crate::config::{CDI_SPEC_FILE, CONTAINER_DRIVER_ROOT, DeviceIdStrategy, Settings};
-use crate::resources::Resource;
 use nvshim::request::DriverCapabilities;
 use nvshim::roots::Roots;
 

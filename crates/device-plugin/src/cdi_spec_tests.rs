@@ -6,8 +6,8 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use super::*;
-use nvshim::cdi::{ContainerEdits, Device, DeviceNode, Mount};
 use crate::config::DeviceListStrategy;
+use nvshim::cdi::{ContainerEdits, Device, DeviceNode, Mount};
 
 fn settings(driver_root: &str, dev_root: &str) -> Settings {
     Settings {

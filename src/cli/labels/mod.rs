@@ -35,8 +35,8 @@ pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use super::{CliError, HostArgs};
 use crate::files::write::{self, WriteError};
 use crate::inventory::{Backend, Inventory, InventoryError};
-use stop::StopSignals;
 use crate::k8s_config::{FileSettings, K8sConfigError, MigStrategy, load_file};
+use stop::StopSignals;
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
 pub const DEFAULT_OUTPUT: &str = "/etc/kubernetes/node-feature-discovery/features.d/nvshim";

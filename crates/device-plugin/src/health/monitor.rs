@@ -38,13 +38,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{HealthBoard, UnitHealth};
+use crate::config::HealthChecks;
+use crate::resources::Unit;
 use nvshim::inventory::{Gpu, Inventory};
 use nvshim::nvml::{
     Device, EVENT_TYPE_DOUBLE_BIT_ECC_ERROR, EVENT_TYPE_SINGLE_BIT_ECC_ERROR,
     EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE, Nvml, NvmlError, Return,
 };
-use crate::config::HealthChecks;
-use crate::resources::Unit;
 
 /// The events registered on each GPU (masked by what it supports), as NVIDIA registers them.
 const WATCHED_EVENTS: u64 = EVENT_TYPE_XID_CRITICAL_ERROR

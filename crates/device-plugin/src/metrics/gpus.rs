@@ -21,13 +21,13 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 
 use super::pods::{DeviceIds, Holder, Holders};
+use crate::health::HealthBoard;
+use crate::resources::Resource;
 use nvshim::inventory::Inventory;
 use nvshim::nvml::{
     Clock, Device, EVENT_TYPE_XID_CRITICAL_ERROR, MemoryInfo, Nvml, NvmlError, SharedEventSet,
     Utilization,
 };
-use crate::health::HealthBoard;
-use crate::resources::Resource;
 
 /// The most XID events one scrape takes off the event set; the rest wait for the next.
 const MAX_EVENTS_PER_SCRAPE: usize = 4096;

@@ -42,9 +42,9 @@ use prometheus_client::registry::{Registry, Unit};
 use super::config::Settings;
 use super::health::HealthBoard;
 use super::resources::{Resource, Unit as DeviceUnit};
+use gpus::{GpuCollector, NodeView, XidLabels};
 use nvshim::inventory::Inventory;
 use nvshim::nvml::Nvml;
-use gpus::{GpuCollector, NodeView, XidLabels};
 use pods::{Holders, PodResources};
 
 pub(crate) use http::serve;

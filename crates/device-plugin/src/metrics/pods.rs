@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use tonic::transport::{Endpoint, Uri};
 
-use nvshim::inventory::Inventory;
 use crate::resources::{REPLICA_SEPARATOR, Resource};
 use api::ListPodResourcesRequest;
 use api::pod_resources_lister_client::PodResourcesListerClient;
+use nvshim::inventory::Inventory;
 
 /// The kubelet pod-resources API v1 (`proto/podresources/v1/api.proto`), generated at
 /// build time: the `PodResourcesLister` client the metrics use and, for tests that play
@@ -231,9 +231,9 @@ mod tests {
 
     use super::api::{self, ContainerDevices, ContainerResources, ListPodResourcesResponse};
     use super::*;
-    use nvshim::inventory::{DriverInfo, Gpu, MigDevice};
     use crate::config::SharingStrategy;
     use crate::resources::{Device, Unit};
+    use nvshim::inventory::{DriverInfo, Gpu, MigDevice};
 
     fn inventory() -> Inventory {
         let gpu = |index: u32| Gpu {

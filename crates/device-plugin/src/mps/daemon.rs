@@ -27,10 +27,10 @@ use super::{
     CONTROL_BINARY, ENV_CUDA_VISIBLE_DEVICES, ENV_LOG_DIRECTORY, ENV_PIPE_DIRECTORY, Limits,
     PID_FILE, QUIT, SHM_DIR, STARTED_FILE, log_dir, pipe_dir, resource_dir,
 };
-use nvshim::discover::table::BINARY_DIRS;
 use crate::config::{self, PluginArgs, PluginConfigError};
 use crate::node::{self, PluginError};
 use crate::resources::{Device, Resource};
+use nvshim::discover::table::BINARY_DIRS;
 
 /// How often the daemons' liveness is checked.
 const CHECK_EVERY: Duration = Duration::from_secs(1);

@@ -11,10 +11,10 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::config::{DeviceIdStrategy, MigStrategy, Settings, SharingStrategy};
 use nvshim::discover::parse_mig_minors;
 use nvshim::discover::table::{CAPS_DIR, MIG_MINORS};
 use nvshim::inventory::{Gpu, Inventory, MigDevice};
-use crate::config::{DeviceIdStrategy, MigStrategy, Settings, SharingStrategy};
 
 use super::{
     Device, GPU_RESOURCE, MIG_RESOURCE_PREFIX, REPLICA_SEPARATOR, Resource, SHARED_SUFFIX, Unit,

@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use nvshim::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
 use crate::config::{SharedResource, Sharing, SharingStrategy};
+use nvshim::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
 
 /// `GPU-0000000<i>-…`: distinct, recognisable UUIDs.
 pub(crate) fn gpu_uuid(index: u32) -> String {

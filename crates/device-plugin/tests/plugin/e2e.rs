@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The `nvidia-device-plugin` binary as a real process, against the fake kubelet
-//! (`common::kubelet`) on simulated nodes with the mock NVML: registration and the
+//! (`crate::common::kubelet`) on simulated nodes with the mock NVML: registration and the
 //! device list, `Allocate` for every strategy, time-slicing, MIG, XID health events,
 //! kubelet restarts, bad input, init failures, signals, and the chain from `Allocate`
 //! through `nvidia-container-runtime` and runc to the GPUs a container sees.
@@ -10,10 +10,6 @@
 //! restart, deleted socket, XID 79); the others are generous limits for a debug build
 //! on a busy machine, not measurements (those are in `benches/plugin.rs`).
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
@@ -21,12 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::kubelet::{Registered, dial_plugin};
-use common::plugin_proc::{PluginProc, node_args};
-use common::{GPU_SCRIPT, Printed, node};
+use crate::common::kubelet::{Registered, dial_plugin};
+use crate::common::plugin_proc::{PluginProc, node_args};
+use crate::common::{GPU_SCRIPT, Printed, node};
 use nix::sys::signal::Signal;
-use nvshim::plugin::api::device_plugin_client::DevicePluginClient;
-use nvshim::plugin::api::{
+use nvshim_device_plugin::api::device_plugin_client::DevicePluginClient;
+use nvshim_device_plugin::api::{
     AllocateRequest, CdiDevice, ContainerAllocateRequest, ContainerAllocateResponse,
     ContainerPreferredAllocationRequest, DeviceSpec, Empty, ListAndWatchResponse, Mount,
     PreferredAllocationRequest,
@@ -69,7 +65,7 @@ fn plugin_bin() -> &'static Path {
 /// order: the process is killed before its directory goes.
 struct Running {
     plugin: PluginProc,
-    kubelet: common::kubelet::FakeKubelet,
+    kubelet: crate::common::kubelet::FakeKubelet,
     dir: tempfile::TempDir,
 }
 
@@ -172,7 +168,7 @@ async fn launch(sim: &SimNode, how: Launch<'_>) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("plugins");
     fs::create_dir(&sockets).unwrap();
-    let kubelet = common::kubelet::FakeKubelet::start(&sockets);
+    let kubelet = crate::common::kubelet::FakeKubelet::start(&sockets);
     let mut args = node_args(sim, &sockets);
     if let Some(lib) = how.nvml_lib {
         let at = args.iter().position(|a| a == "--nvml-lib").unwrap();
@@ -710,7 +706,7 @@ async fn mig_single_advertises_mig_devices_as_gpus() {
 
     // A node with MIG on some GPUs only cannot be advertised with `single`.
     let case = "single on a mixed node";
-    let mixed = common::node(&NodeSpec::with_mig(8));
+    let mixed = crate::common::node(&NodeSpec::with_mig(8));
     let mut run = launch(
         &mixed.sim,
         Launch {
@@ -1031,7 +1027,7 @@ async fn bad_allocate_requests_are_refused_and_the_plugin_serves_on() {
 #[tokio::test]
 async fn init_errors_exit_with_a_message_unless_fail_on_init_error_is_false() {
     let node = node(&NodeSpec::standard(8));
-    let empty = common::node(&NodeSpec::standard(0));
+    let empty = crate::common::node(&NodeSpec::standard(0));
     let broken = "/nonexistent/libnvidia-ml.so.1";
     let cases: [(&str, &SimNode, Launch, &str); 3] = [
         (
@@ -1264,7 +1260,7 @@ async fn allocated_env_gives_the_container_exactly_those_gpus() {
             "options": ["ro", "bind"],
         }));
         fs::write(&spec_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        let out = Command::new(common::runtime_bin())
+        let out = Command::new(crate::common::runtime_bin())
             .env_clear()
             .env(
                 "PATH",

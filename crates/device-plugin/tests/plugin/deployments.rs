@@ -4,16 +4,14 @@
 //! metrics port, the ServiceMonitor that scrapes it and the Grafana dashboard agree with
 //! the plugin and each other.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
 use std::fs;
 
-use nvshim::plugin::config;
+use nvshim_device_plugin::config;
 use serde_json::{Value, json};
 
 const MANIFEST: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/deployments/nvidia-device-plugin.yml"
+    "/../../deployments/nvidia-device-plugin.yml"
 );
 
 fn manifest() -> Value {
@@ -91,11 +89,11 @@ fn the_probes_use_the_address_the_plugin_is_told_to_serve() {
 
 const SERVICE_MONITOR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/deployments/servicemonitor.yml"
+    "/../../deployments/servicemonitor.yml"
 );
 const DASHBOARD: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/deployments/grafana-dashboard.json"
+    "/../../deployments/grafana-dashboard.json"
 );
 
 /// The manifest's `--metrics-addr` port: the one its `metrics` containerPort names.
@@ -266,7 +264,7 @@ fn the_dashboard_charts_metrics_the_plugin_serves() {
 
 const MPS_MANIFEST: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/deployments/nvidia-device-plugin-mps-control-daemon.yml"
+    "/../../deployments/nvidia-device-plugin-mps-control-daemon.yml"
 );
 
 #[test]

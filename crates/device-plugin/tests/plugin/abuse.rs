@@ -9,17 +9,13 @@
 //!   kubelet that accepts the registration but never streams leaves it at 503, and the
 //!   log says why.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::kubelet::FakeKubelet;
-use common::plugin_proc::{PluginProc, node_args};
-use nvshim::plugin::api::{
+use crate::common::kubelet::FakeKubelet;
+use crate::common::plugin_proc::{PluginProc, node_args};
+use nvshim_device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     PreferredAllocationRequest,
 };
@@ -65,7 +61,7 @@ async fn readyz(addr: SocketAddr, want: u16, plugin: &PluginProc, case: &str) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn readiness_needs_kubelet_to_stream_list_and_watch() {
-    let node = common::node(&NodeSpec::standard(2));
+    let node = crate::common::node(&NodeSpec::standard(2));
     let dir = tempfile::tempdir().unwrap();
     // A kubelet that registers plugins and never dials back (one whose every stream
     // fails looks the same to us).
@@ -102,7 +98,7 @@ async fn readiness_needs_kubelet_to_stream_list_and_watch() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_kubelet_that_streams_makes_it_ready() {
-    let node = common::node(&NodeSpec::standard(2));
+    let node = crate::common::node(&NodeSpec::standard(2));
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = FakeKubelet::start(dir.path());
     let addr = free_port();
@@ -128,7 +124,7 @@ fn allocate(ids: Vec<String>) -> AllocateRequest {
 /// is wrong, without the plugin's memory growing with the request.
 #[tokio::test(flavor = "current_thread")]
 async fn requests_past_the_limits_are_refused_naming_them() {
-    let node = common::node(&NodeSpec::standard(8));
+    let node = crate::common::node(&NodeSpec::standard(8));
     let dir = tempfile::tempdir().unwrap();
     let mut args = node_args(&node.sim, dir.path());
     args[1] = String::new(); // --kubelet-socket "": serve only
@@ -146,8 +142,9 @@ async fn requests_past_the_limits_are_refused_naming_them() {
         .await
         .unwrap();
     // Our client's own limit is 4 MiB; the plugin's must answer first.
-    let mut client = nvshim::plugin::api::device_plugin_client::DevicePluginClient::new(channel)
-        .max_encoding_message_size(8 << 20);
+    let mut client =
+        nvshim_device_plugin::api::device_plugin_client::DevicePluginClient::new(channel)
+            .max_encoding_message_size(8 << 20);
     let uuid = node.sim.spec.gpus[0].uuid.clone();
     let before = plugin.status_kib("VmRSS").unwrap();
     let cases: [(&str, AllocateRequest, &str); 7] = [

@@ -2,7 +2,7 @@
 //! Load and soak for the device plugin (issue 9, item 6; figures in `docs/soak.md`):
 //! `nvidia-device-plugin` as a real process on a simulated 8-GPU node, 50 clients
 //! calling `Allocate` back to back over its Unix socket for 60 s, while the fake
-//! kubelet (`common::kubelet`) restarts every 5 s: its socket deleted and re-created,
+//! kubelet (`crate::common::kubelet`) restarts every 5 s: its socket deleted and re-created,
 //! which makes the plugin stop its server, remove and re-bind its own socket and
 //! register again.
 //!
@@ -27,20 +27,16 @@
 //! reported, never asserted; the bounds above are limits for a debug build on a busy
 //! two-core machine.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::kubelet::{FakeKubelet, dial_plugin};
-use common::node;
-use common::plugin_proc::{PluginProc, node_args};
+use crate::common::kubelet::{FakeKubelet, dial_plugin};
+use crate::common::node;
+use crate::common::plugin_proc::{PluginProc, node_args};
 use nix::sys::signal::Signal;
-use nvshim::plugin::api::device_plugin_client::DevicePluginClient;
-use nvshim::plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty};
+use nvshim_device_plugin::api::device_plugin_client::DevicePluginClient;
+use nvshim_device_plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty};
 use nvshim_testkit::NodeSpec;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -173,7 +169,7 @@ async fn client(n: usize, socket: PathBuf, uuids: Arc<Vec<String>>, until: Insta
 async fn watch(
     socket: &Path,
     case: &str,
-) -> tonic::Streaming<nvshim::plugin::api::ListAndWatchResponse> {
+) -> tonic::Streaming<nvshim_device_plugin::api::ListAndWatchResponse> {
     let mut client = dial_plugin(socket).await;
     let mut stream = client
         .list_and_watch(Empty {})

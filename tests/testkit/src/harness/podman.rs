@@ -4,13 +4,11 @@
 //! image of the node's container rootfs, the run flags that hand a container the mock
 //! NVML, and cleanup of what podman leaves.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nvshim_testkit::tar_rootfs;
+use crate::tar_rootfs;
 
 use super::Node;
 

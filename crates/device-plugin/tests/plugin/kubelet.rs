@@ -18,19 +18,13 @@
 //! One containerd and one node serve every case; strategies change by restarting only
 //! the plugin. All cases run and every failure is reported at the end, by case.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-#[path = "common/kube.rs"]
-mod kube;
-
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::plugin_proc::{PluginProc, node_args};
-use common::{GPU_SCRIPT, Node, Printed, node, runtime_bin};
-use kube::{KubeNode, kubelet_dir, tail};
+use crate::common::kube::{KubeNode, kubelet_dir, tail};
+use crate::common::plugin_proc::{PluginProc, node_args};
+use crate::common::{GPU_SCRIPT, Node, Printed, node, runtime_bin};
 use nvshim_testkit::NodeSpec;
 use serde_json::json;
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The device plugin's `/metrics` as a real process on a simulated 8-GPU node with the
-//! mock NVML, against the fake kubelet (`common::kubelet`) and, for pod labels, a fake
+//! mock NVML, against the fake kubelet (`crate::common::kubelet`) and, for pod labels, a fake
 //! kubelet pod-resources server in the test.
 //!
 //! Each test starts the plugin with `--metrics-addr 127.0.0.1:0` and reads the bound
@@ -10,10 +10,6 @@
 //! poll against deadlines that are limits, not measurements (those are in
 //! `benches/plugin.rs`).
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
@@ -22,14 +18,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::kubelet::FakeKubelet;
-use common::node;
-use common::plugin_proc::{PluginProc, node_args};
-use nvshim::plugin::api::{AllocateRequest, ContainerAllocateRequest};
-use nvshim::plugin::metrics::pods::api::pod_resources_lister_server::{
+use crate::common::kubelet::FakeKubelet;
+use crate::common::node;
+use crate::common::plugin_proc::{PluginProc, node_args};
+use nvshim_device_plugin::api::{AllocateRequest, ContainerAllocateRequest};
+use nvshim_device_plugin::metrics::pods::api::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use nvshim::plugin::metrics::pods::api::{
+use nvshim_device_plugin::metrics::pods::api::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,
 };

@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::Signal;
-use nvshim::plugin::config::CDI_SPEC_FILE;
+use nvshim_device_plugin::config::CDI_SPEC_FILE;
 use nvshim_testkit::NodeSpec;
 
 use super::binary::{allocate, read_spec, spawn};
-use super::common::kubelet::FakeKubelet;
-use super::common::podman::{podman, require_podman, run_args, storage_with_image};
-use super::common::{self, GPU_SCRIPT, Printed, node};
 use super::{GENEROUS, GPU_SOCKET, KIND, host_paths};
+use crate::common::kubelet::FakeKubelet;
+use crate::common::podman::{podman, require_podman, run_args, storage_with_image};
+use crate::common::{GPU_SCRIPT, Printed, node};
 /// Held (exclusive `flock`) by every test that writes into the system's CDI directories.
 const LOCK: &str = "/run/lock/nvshim-cdi-test.lock";
 /// Where podman 4.3 reads specs that change at run time.
@@ -113,7 +113,7 @@ async fn podman_gives_the_container_the_gpu_allocate_named() {
     let sockets = dir.path().join("plugins");
     fs::create_dir(&sockets).unwrap();
     let kubelet = FakeKubelet::start(&sockets);
-    let hook = common::hook_bin();
+    let hook = crate::common::hook_bin();
     let view_arg = view.display().to_string();
     let mut plugin = spawn(
         &node,
@@ -142,7 +142,7 @@ async fn podman_gives_the_container_the_gpu_allocate_named() {
         .args([IMAGE, "sh", "-c", GPU_SCRIPT])
         .output()
         .unwrap();
-    let printed = Printed(common::ok(
+    let printed = Printed(crate::common::ok(
         out,
         &format!("podman run --device {}", names[0]),
     ));

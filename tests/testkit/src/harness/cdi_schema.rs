@@ -4,8 +4,6 @@
 //! `defs.json` is resolved from the same directory: the validator runs offline and
 //! never fetches anything.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
-
 use std::fs;
 use std::path::Path;
 

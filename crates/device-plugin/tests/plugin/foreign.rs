@@ -15,10 +15,6 @@
 //! device-list strategy. `.ci/run` installs the clients (`pip`, `apt`); a missing one
 //! fails the test with its name.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,8 +22,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::plugin_proc::{PluginProc, node_args};
-use nvshim::plugin::api::{AllocateResponse, DevicePluginOptions};
+use crate::common::plugin_proc::{PluginProc, node_args};
+use nvshim_device_plugin::api::{AllocateResponse, DevicePluginOptions};
 use nvshim_testkit::{NodeSpec, SimNode};
 use prost::Message;
 use serde_json::Value;
@@ -405,7 +401,7 @@ fn check_round(round: &Round, sim: &SimNode, client: Client, strategy: &str) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn grpcio_plays_kubelet_in_every_strategy() {
-    let node = common::node(&NodeSpec::standard(4));
+    let node = crate::common::node(&NodeSpec::standard(4));
     for strategy in STRATEGIES {
         let round = kubelet_round(&node.sim, Client::Grpcio, strategy).await;
         check_round(&round, &node.sim, Client::Grpcio, strategy);
@@ -419,7 +415,7 @@ async fn grpcio_plays_kubelet_in_every_strategy() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn grpc_go_1_33_plays_kubelet_1_20_in_every_strategy() {
-    let node = common::node(&NodeSpec::standard(4));
+    let node = crate::common::node(&NodeSpec::standard(4));
     for strategy in STRATEGIES {
         let round = kubelet_round(&node.sim, Client::GrpcGo, strategy).await;
         check_round(&round, &node.sim, Client::GrpcGo, strategy);
@@ -431,7 +427,7 @@ async fn grpc_go_1_33_plays_kubelet_1_20_in_every_strategy() {
 #[tokio::test(flavor = "current_thread")]
 async fn raw_http2_requests_with_every_authority_are_answered() {
     require_python_modules();
-    let node = common::node(&NodeSpec::standard(2));
+    let node = crate::common::node(&NodeSpec::standard(2));
     let dir = tempfile::tempdir().unwrap();
     let mut args = node_args(&node.sim, dir.path());
     args[1] = String::new(); // --kubelet-socket "": serve without registering

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The `:authority` fix (`nvshim::plugin::http2`) against the decoder that matters: h2's
+//! The `:authority` fix (`nvshim_device_plugin::http2`) against the decoder that matters: h2's
 //! own (its frame codec, through h2's `unstable` feature, as a dev-dependency only).
 //!
 //! A property test plays many clients: each sends several requests on one connection,
@@ -12,14 +12,12 @@
 //! block of the rewritten stream, see every header as sent, and an `:authority` that
 //! is the one sent when that was valid, a valid one otherwise.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
 use std::collections::VecDeque;
 use std::io::Cursor;
 
 use h2::frame::Frame;
-use nvshim::plugin::http2::hpack::{STATIC, write_int};
-use nvshim::plugin::http2::{Inbound, PREFACE, huffman};
+use nvshim_device_plugin::http2::hpack::{STATIC, write_int};
+use nvshim_device_plugin::http2::{Inbound, PREFACE, huffman};
 use proptest::prelude::*;
 use tokio_stream::StreamExt;
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The CDI spec the device plugin writes for the `cdi-*` strategies
-//! (`nvshim::plugin::cdi_spec`):
+//! (`nvshim_device_plugin::cdi_spec`):
 //!
 //! - built for a simulated node, it equals what `nvshim cdi generate` writes for the
 //!   same devices and names (one generator), under either id strategy, with replicas
@@ -13,25 +13,20 @@
 //! - podman resolves the name `Allocate` returned from the plugin's spec in
 //!   `/var/run/cdi`, and the container gets exactly that GPU (`podman`).
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
 // A test crate's root resolves modules beside it, so the path names its folder.
-#[path = "plugin_cdi/binary.rs"]
 mod binary;
-mod common;
-#[path = "plugin_cdi/podman.rs"]
 mod podman;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cdi_schema::schema;
-use common::{Node, node, nvshim};
+use crate::common::cdi_schema::schema;
+use crate::common::{Node, node, nvshim};
 use nvshim::inventory::{self, Backend, Inventory, Source};
-use nvshim::plugin::cdi_spec::{self, DriverView};
-use nvshim::plugin::config::{DeviceIdStrategy, DeviceListStrategy, MigStrategy, Settings};
-use nvshim::plugin::resources;
+use nvshim_device_plugin::cdi_spec::{self, DriverView};
+use nvshim_device_plugin::config::{DeviceIdStrategy, DeviceListStrategy, MigStrategy, Settings};
+use nvshim_device_plugin::resources;
 use nvshim_testkit::NodeSpec;
 use serde_json::Value;
 
@@ -94,7 +89,11 @@ fn generated(node: &Node, names: &str) -> Value {
         "--device-name-strategy",
         names,
     ];
-    serde_json::from_str(&common::ok(nvshim(node, &args), "nvshim cdi generate")).unwrap()
+    serde_json::from_str(&crate::common::ok(
+        nvshim(node, &args),
+        "nvshim cdi generate",
+    ))
+    .unwrap()
 }
 
 fn names(spec: &Value) -> Vec<String> {
@@ -131,11 +130,11 @@ fn the_spec_is_the_generators_for_the_advertised_names() {
     let schema = schema("the_spec_is_the_generators_for_the_advertised_names");
     for (case, ids, replicas, strategy, want) in cases {
         let mut s = settings(&node, ids);
-        s.sharing = replicas.map(|replicas| nvshim::plugin::config::Sharing {
-            strategy: nvshim::plugin::config::SharingStrategy::TimeSlicing,
+        s.sharing = replicas.map(|replicas| nvshim_device_plugin::config::Sharing {
+            strategy: nvshim_device_plugin::config::SharingStrategy::TimeSlicing,
             rename_by_default: false,
             fail_requests_greater_than_one: false,
-            resources: vec![nvshim::plugin::config::SharedResource {
+            resources: vec![nvshim_device_plugin::config::SharedResource {
                 name: "nvidia.com/gpu".into(),
                 replicas,
             }],
@@ -181,7 +180,7 @@ fn the_spec_is_the_generators_for_the_advertised_names() {
 fn mig_devices_are_named_as_allocate_names_them() {
     let node = node(&NodeSpec::with_mig(4));
     // NVML's view (procfs knows no MIG devices), through `nvshim info`.
-    let info = common::ok(
+    let info = crate::common::ok(
         nvshim(&node, &["info", "--json", "--backend", "nvml"]),
         "nvshim info",
     );

@@ -5,21 +5,17 @@
 //! testkit's fake `nvidia-cuda-mps-control` (started with the right env and commands,
 //! restarted when its daemon dies, stopped with `quit` on SIGTERM and SIGINT).
 
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
-
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::kubelet::{FakeKubelet, dial_plugin};
-use common::node;
-use common::plugin_proc::{PluginProc, node_args};
+use crate::common::kubelet::{FakeKubelet, dial_plugin};
+use crate::common::node;
+use crate::common::plugin_proc::{PluginProc, node_args};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use nvshim::plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty, Mount};
+use nvshim_device_plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty, Mount};
 use nvshim_testkit::{MPS_PID_FILE, NodeSpec, SimNode, mps_record};
 
 /// A limit for start-up, restarts and exits: generous for a debug build on a busy
@@ -207,7 +203,7 @@ impl ControlDaemon {
             "--config-file",
             config.to_str().unwrap(),
             "--nvml-lib",
-            common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
+            crate::common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
             "--nvidia-driver-root",
             sim.driver_root.to_str().unwrap(),
             "mps-control-daemon",
@@ -385,7 +381,7 @@ async fn the_control_daemon_waits_without_mps_and_fails_without_its_binary() {
     let dir = tempfile::tempdir().unwrap();
     let args: Vec<String> = [
         "--nvml-lib",
-        common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
+        crate::common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
         "mps-control-daemon",
     ]
     .map(String::from)
@@ -411,7 +407,7 @@ async fn the_control_daemon_waits_without_mps_and_fails_without_its_binary() {
         "--mps-root",
         dir.path().join("mps").to_str().unwrap(),
         "--nvml-lib",
-        common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
+        crate::common::plugin_proc::nvml_lib(sim).to_str().unwrap(),
         "--nvidia-driver-root",
         empty_root.to_str().unwrap(),
         "mps-control-daemon",

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nvshim::plugin::api::device_plugin_client::DevicePluginClient;
-use nvshim::plugin::api::registration_server::{Registration, RegistrationServer};
-use nvshim::plugin::api::{Empty, RegisterRequest, VERSION};
+use nvshim_device_plugin::api::device_plugin_client::DevicePluginClient;
+use nvshim_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use nvshim_device_plugin::api::{Empty, RegisterRequest, VERSION};
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;

@@ -9,15 +9,15 @@ use std::path::Path;
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::Signal;
-use nvshim::plugin::api::{AllocateRequest, ContainerAllocateRequest};
-use nvshim::plugin::config::CDI_SPEC_FILE;
+use nvshim_device_plugin::api::{AllocateRequest, ContainerAllocateRequest};
+use nvshim_device_plugin::config::CDI_SPEC_FILE;
 use nvshim_testkit::NodeSpec;
 use serde_json::Value;
 
-use super::common::kubelet::{FakeKubelet, dial_plugin};
-use super::common::plugin_proc::{CDI_DIR, PluginProc, node_args};
-use super::common::{Node, node};
 use super::{GENEROUS, GPU_SOCKET, KIND, names};
+use crate::common::kubelet::{FakeKubelet, dial_plugin};
+use crate::common::plugin_proc::{CDI_DIR, PluginProc, node_args};
+use crate::common::{Node, node};
 
 /// A plugin process on `node` with its socket and CDI directories in `dir`; `extra`
 /// adds flags (`--flag=value`, or a flag and its value) or, for a flag [`node_args`]

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The device plugin's health event loop (`nvshim::plugin::health::run`) against the mock
+//! The device plugin's health event loop (`nvshim_device_plugin::health::run`) against the mock
 //! NVML on a simulated 8-GPU node with MIG on GPU 0 (two MIG devices), driven through the
 //! node's event file (`<uuid> <xid>`, `<uuid> dbe`, `<uuid> gone`, `wait-error <code>`).
 //!
@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use nvshim::inventory::{self, Inventory};
 use nvshim::nvml::Nvml;
-use nvshim::plugin::config::HealthChecks;
-use nvshim::plugin::health::{self, HealthBoard, UnitHealth, WatchOptions};
-use nvshim::plugin::resources::Unit;
+use nvshim_device_plugin::config::HealthChecks;
+use nvshim_device_plugin::health::{self, HealthBoard, UnitHealth, WatchOptions};
+use nvshim_device_plugin::resources::Unit;
 use nvshim_testkit::{Artifacts, NodeSpec, SimNode};
 
 type Error = Box<dyn std::error::Error>;

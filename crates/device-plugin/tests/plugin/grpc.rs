@@ -1,13 +1,9 @@
 //! The device plugin's kubelet side through the library API: a hand-made node served
-//! by `plugin::server::serve` in a tempdir, and a fake kubelet (`common::kubelet`)
+//! by `plugin::server::serve` in a tempdir, and a fake kubelet (`crate::common::kubelet`)
 //! that takes its registrations and dials it back, as kubelet does.
 //!
 //! The waits are bounded by what kubelet and operators need (a re-registration
 //! within a second of a kubelet restart); they are limits, not measurements.
-
-#![allow(clippy::expect_used, clippy::unwrap_used)]
-
-mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,16 +11,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::kubelet::{FakeKubelet, dial_plugin};
-use nvshim::plugin::api::{
+use crate::common::kubelet::{FakeKubelet, dial_plugin};
+use nvshim_device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
     ListAndWatchResponse, PreStartContainerRequest, PreferredAllocationRequest, VERSION,
 };
-use nvshim::plugin::config::{Settings, SharingStrategy};
-use nvshim::plugin::health::{HealthBoard, UnitHealth};
-use nvshim::plugin::resources::{Device, Resource, Unit};
-use nvshim::plugin::server::{Control, Node, ServerError, control, forward_signals, serve};
-use nvshim::plugin::topology::Topology;
+use nvshim_device_plugin::config::{Settings, SharingStrategy};
+use nvshim_device_plugin::health::{HealthBoard, UnitHealth};
+use nvshim_device_plugin::resources::{Device, Resource, Unit};
+use nvshim_device_plugin::server::{Control, Node, ServerError, control, forward_signals, serve};
+use nvshim_device_plugin::topology::Topology;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tonic::Code;
