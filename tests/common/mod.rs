@@ -1,7 +1,7 @@
 //! Shared helpers for the integration tests: a simulated node in a tempdir and a way
 //! to run our binaries against it.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::expect_used, clippy::unwrap_used)]
 
 // The node, output checks, podman and the CDI schema are the testkit's harness, shared
 // with the device plugin's tests; the names here stay as the tests know them.

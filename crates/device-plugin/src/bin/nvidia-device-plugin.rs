@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nvshim::logging::{self, LogSettings};
 use nvshim_device_plugin::config::{PluginArgs, PluginCommand};
-use nvshim_device_plugin::{mps, node};
+use nvshim_device_plugin::{mps_daemon, node};
 
 fn main() -> ExitCode {
     let args = PluginArgs::parse();
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         eprintln!("nvidia-device-plugin: {e}");
     }
     let result = match args.command {
-        Some(PluginCommand::MpsControlDaemon) => mps::daemon::run(&args).map_err(|e| e.to_string()),
+        Some(PluginCommand::MpsControlDaemon) => mps_daemon::run(&args).map_err(|e| e.to_string()),
         None => node::run(&args).map_err(|e| e.to_string()),
     };
     match result {

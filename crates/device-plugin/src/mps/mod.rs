@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! MPS sharing: what NVIDIA's plugin and its `mps-control-daemon` agree on, and the
-//! daemon itself.
+//! MPS sharing: what NVIDIA's plugin and its `mps-control-daemon` agree on (the daemon
+//! mode itself is `crate::mps_daemon`, which runs on top of `node`).
 //!
 //! With `sharing.mps`, every shared resource gets one MPS control daemon
 //! (`nvidia-cuda-mps-control -d`) whose pipe directory is `<mpsRoot>/<resource>/pipe`
@@ -10,14 +10,9 @@
 //! daemon and the plugin, which both build the resources from the same settings, name
 //! the same directory.
 //!
-//! ```text
-//! (this file)  NVIDIA's names and paths; Limits: the per-replica SM and memory shares
-//! daemon       the control daemon mode: start, configure, supervise, stop (no async)
-//! ```
+//! NVIDIA's names and paths; [`Limits`]: the per-replica SM and memory shares.
 //!
 //! Pure here: paths and numbers from a [`Resource`]; no I/O.
-
-pub mod daemon;
 
 use std::path::{Path, PathBuf};
 

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use super::daemon::{Daemon, find_control};
 use super::*;
 use crate::config::Settings;
+use crate::mps_daemon::{Daemon, find_control};
 use crate::resources::{self, fixtures};
 
 fn mps_resources(replicas: u32, rename: bool) -> Vec<Resource> {

@@ -18,11 +18,11 @@ use tonic::transport::Server;
 use super::authority::AuthorityFixed;
 use super::limits::Bounded;
 use super::register::register_all;
-use super::service::{DevicePluginService, Shared};
+use super::service::{DevicePluginService, Shared, options};
 use super::watch::{FileId, Touched};
 use super::{Node, ServerError};
 use crate::api::device_plugin_server::DevicePluginServer;
-use crate::api::{DevicePluginOptions, RegisterRequest, VERSION};
+use crate::api::{RegisterRequest, VERSION};
 use crate::config::Settings;
 use crate::metrics::Metrics;
 
@@ -427,14 +427,6 @@ pub(super) async fn next_event(round: &mut Option<Round>) -> RoundEvent {
 /// prefix. (A connection's window can only grow past HTTP/2's 65,535 bytes.)
 fn window(limit: usize) -> u32 {
     u32::try_from(limit + 5).unwrap_or(u32::MAX)
-}
-
-/// The options we register with and answer `GetDevicePluginOptions` with.
-pub(super) fn options() -> DevicePluginOptions {
-    DevicePluginOptions {
-        pre_start_required: false,
-        get_preferred_allocation_available: true,
-    }
 }
 
 /// Removes what is left at our socket path from an earlier run. Like NVIDIA's

@@ -16,7 +16,6 @@ use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
 use super::limits::Limits;
-use super::round::options;
 use crate::allocate::{self, AllocateError, ContainerAllocation};
 use crate::api::{
     self, AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse,
@@ -486,5 +485,13 @@ mod tests {
         let status = Status::from(&error);
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("GPU-1"), "{status:?}");
+    }
+}
+
+/// The options we register with and answer `GetDevicePluginOptions` with.
+pub(super) fn options() -> DevicePluginOptions {
+    DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
     }
 }

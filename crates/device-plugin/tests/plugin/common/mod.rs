@@ -3,7 +3,7 @@
 //! plus what only these tests need: the core crate's binaries, a fake kubelet
 //! ([`kubelet`]), the plugin as a process ([`plugin_proc`]) and a real kubelet ([`kube`]).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod kube;
 pub mod kubelet;

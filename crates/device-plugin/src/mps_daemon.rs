@@ -23,11 +23,11 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
-use super::{
+use crate::config::{self, PluginArgs, PluginConfigError};
+use crate::mps::{
     CONTROL_BINARY, ENV_CUDA_VISIBLE_DEVICES, ENV_LOG_DIRECTORY, ENV_PIPE_DIRECTORY, Limits,
     PID_FILE, QUIT, SHM_DIR, STARTED_FILE, log_dir, pipe_dir, resource_dir,
 };
-use crate::config::{self, PluginArgs, PluginConfigError};
 use crate::node::{self, PluginError};
 use crate::resources::{Device, Resource};
 use nvshim::discover::table::BINARY_DIRS;
