@@ -66,3 +66,33 @@ impl Drop for StopSignals {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&self.previous), None);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use nix::sys::signal::{Signal, raise};
+
+    use super::StopSignals;
+
+    #[test]
+    fn the_interval_passes_without_a_signal() {
+        let stop = StopSignals::listen().unwrap();
+        let start = Instant::now();
+        assert!(!stop.wait(Duration::from_millis(50)).unwrap());
+        assert!(start.elapsed() >= Duration::from_millis(50));
+    }
+
+    /// A signal that came before the wait (during a round) ends it at once; `raise`
+    /// sends to this thread, where the signal is blocked, so it waits for the signalfd.
+    #[test]
+    fn sigterm_or_sigint_ends_the_wait() {
+        for signal in [Signal::SIGTERM, Signal::SIGINT] {
+            let stop = StopSignals::listen().unwrap();
+            raise(signal).unwrap();
+            let start = Instant::now();
+            assert!(stop.wait(Duration::from_secs(30)).unwrap(), "case {signal}");
+            assert!(start.elapsed() < Duration::from_secs(10), "case {signal}");
+        }
+    }
+}
