@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The root translation and the spec file's life; the spec built for a simulated node
-//! is tested in `tests/plugin_cdi.rs`.
+//! is tested in `tests/plugin/cdi.rs`.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

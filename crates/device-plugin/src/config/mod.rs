@@ -132,7 +132,7 @@ pub struct Settings {
     pub cdi_annotation_prefix: String,
     /// `--container-driver-root`: where this process sees the host's driver root,
     /// when not at the driver root's own path (`None`: NVIDIA's [`CONTAINER_DRIVER_ROOT`]
-    /// when that exists, else the driver root; the node decides, see `plugin::cdi_spec`).
+    /// when that exists, else the driver root; the node decides, see `cdi_spec`).
     pub container_driver_root: Option<PathBuf>,
     /// `--cdi-spec-dir`: where the CDI spec of the `cdi-*` strategies is written.
     pub cdi_spec_dir: PathBuf,

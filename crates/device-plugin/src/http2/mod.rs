@@ -10,7 +10,7 @@
 //! them: [`Inbound`] follows the frames, [`block`] the HPACK state, so that the
 //! client's encoder and h2's decoder never disagree about the header table.
 //!
-//! Pure and synchronous: the tokio side is `plugin::server::authority`. The plugin
+//! Pure and synchronous: the tokio side is `server::authority`. The plugin
 //! serves nothing that looks at the authority, so replacing it loses nothing.
 //!
 //! ```text

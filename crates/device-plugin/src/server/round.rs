@@ -201,7 +201,7 @@ impl Round {
         let mut until = self.stop.subscribe();
         let name = shared.resource().name.clone();
         let limit = shared.limits().message;
-        // Every connection is read through the :authority fix (`plugin::http2`), so
+        // Every connection is read through the :authority fix (`http2`), so
         // clients that send the socket path (kubelet < 1.26, grpcio, grpc-java) work.
         let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFixed::new));
         self.servers.spawn(async move {

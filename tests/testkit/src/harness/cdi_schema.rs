@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The official CDI JSON schema (the copy Debian ships with the CDI Go library), for the
-//! tests that check the specs we write (`tests/cdi_schema.rs`, `tests/plugin_cdi.rs`).
-//! `defs.json` is resolved from the same directory: the validator runs offline and
+//! tests that check the specs we write (`tests/cdi_schema.rs`, the device plugin's
+//! `tests/plugin/cdi.rs`). `defs.json` is resolved from the same directory: the validator runs offline and
 //! never fetches anything.
 
 use std::fs;

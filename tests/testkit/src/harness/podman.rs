@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! podman on private storage, for the tests where podman resolves a CDI spec
-//! (`tests/cdi_podman.rs`, `tests/plugin_cdi.rs`): the machine's working flags, an
-//! image of the node's container rootfs, the run flags that hand a container the mock
-//! NVML, and cleanup of what podman leaves.
+//! (`tests/cdi_podman.rs`, the device plugin's `tests/plugin/cdi.rs`): the machine's
+//! working flags, an image of the node's container rootfs, the run flags that hand a
+//! container the mock NVML, and cleanup of what podman leaves.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! A real kubelet (v1.20.2, built by `scripts/build-kubelet.sh`) in standalone mode on a
 //! real containerd with the CRI plugin, for the device plugin's end-to-end test
-//! (`tests/plugin_kubelet.rs`). Nothing here touches the host's kubelet state or daemons:
+//! (`tests/plugin/kubelet.rs`). Nothing here touches the host's kubelet state or daemons:
 //!
 //! - kubelet's device-plugin directory is hard-coded (`/var/lib/kubelet/device-plugins`)
 //!   and it writes pod logs to `/var/log/pods`, so kubelet and containerd run in a private

@@ -3,7 +3,7 @@
 //! that point it at the node and at a socket directory, its stdout and stderr kept for
 //! assertions, signals, its exit, and its memory figures from `/proc/<pid>/status`.
 //!
-//! Used by `tests/plugin_e2e.rs` and by `benches/plugin.rs`, which includes this file
+//! Used by `tests/plugin/e2e/` and by `benches/plugin.rs`, which includes this file
 //! by path; so it depends on nothing else in `common`. The waits poll with tokio's
 //! timer, so a fake kubelet on the same runtime keeps answering while they wait.
 

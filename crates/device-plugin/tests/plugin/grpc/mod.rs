@@ -1,5 +1,5 @@
 //! The device plugin's kubelet side through the library API: a hand-made node served
-//! by `plugin::server::serve` in a tempdir, and a fake kubelet (`crate::common::kubelet`)
+//! by `server::serve` in a tempdir, and a fake kubelet (`crate::common::kubelet`)
 //! that takes its registrations and dials it back, as kubelet does.
 //!
 //! The waits are bounded by what kubelet and operators need (a re-registration
