@@ -133,9 +133,12 @@ fn in_child(test: &str, checks: impl FnOnce(&Node) -> TestResult) -> TestResult 
     let library = sim
         .lib_dir()
         .join(format!("libnvidia-ml.so.{}", sim.library_version()));
+    // The test's name in this binary: its path below the crate (`health::<test>`).
+    let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+    let name = format!("{module}::{test}");
     let mut command = Command::new(std::env::current_exe()?);
     command
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .envs(sim.env())
         .env(CHILD_ENV, test)
         .env(NVML_ENV, library)
