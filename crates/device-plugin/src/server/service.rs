@@ -390,6 +390,14 @@ impl Stream for DeviceStream {
     }
 }
 
+/// The options we register with and answer `GetDevicePluginOptions` with.
+pub(super) fn options() -> DevicePluginOptions {
+    DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -485,13 +493,5 @@ mod tests {
         let status = Status::from(&error);
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("GPU-1"), "{status:?}");
-    }
-}
-
-/// The options we register with and answer `GetDevicePluginOptions` with.
-pub(super) fn options() -> DevicePluginOptions {
-    DevicePluginOptions {
-        pre_start_required: false,
-        get_preferred_allocation_available: true,
     }
 }
