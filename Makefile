@@ -16,7 +16,7 @@ release:
 # The binaries as packages install them: the runtime and the hook linked statically (no
 # dynamic loader to start on every container create, and none for LD_PRELOAD to
 # reach), the dynamic `nvshim` beside them for requests that need NVML, and the device
-# plugin. All land in target/static/release/. The static two are built for musl when
+# plugin (package nvshim-device-plugin). All land in target/static/release/. The static two are built for musl when
 # the x86_64-unknown-linux-musl target is installed (`.ci/run` adds it): static glibc
 # probes the CPU at every start (cpuid, which traps on a VM: about 0.5 ms per exec
 # here); otherwise they are static glibc (crt-static). Only those two final links are
@@ -35,7 +35,8 @@ else
 	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime --target-dir target/static -- -C target-feature=+crt-static
 	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime-hook --target-dir target/static -- -C target-feature=+crt-static
 endif
-	$(CARGO) build -p nvshim --release --bin nvshim --bin nvidia-device-plugin --target-dir target/static
+	$(CARGO) build -p nvshim --release --bin nvshim --target-dir target/static
+	$(CARGO) build -p nvshim-device-plugin --release --bin nvidia-device-plugin --target-dir target/static
 
 # target/packages/: the .deb, the .rpm, and apt/ and yum/ repositories (packaging/README.md).
 package: static-runtime
@@ -75,7 +76,7 @@ bench: static-runtime
 	$(CARGO) build --workspace --release
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench create
 	$(CARGO) bench --bench pipeline
-	NVSHIM_BENCH_PLUGIN=$(CURDIR)/target/release/nvidia-device-plugin $(CARGO) bench --bench plugin
+	NVSHIM_BENCH_PLUGIN=$(CURDIR)/target/release/nvidia-device-plugin $(CARGO) bench -p nvshim-device-plugin --bench plugin
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench hook
 
 clean:

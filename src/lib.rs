@@ -11,7 +11,8 @@
 //!                                    NVML, CDI wire types
 //! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
 //! request                            ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
-//! config                             /etc/nvidia-container-runtime/config.toml, NVIDIA's keys
+//! config, k8s_config                 /etc/nvidia-container-runtime/config.toml, NVIDIA's keys;
+//!                                    the config file NVIDIA's device plugin and GFD share
 //! inventory                          GPUs + MIG devices + driver version (procfs or NVML)
 //! select                             request × inventory → Selection
 //! discover                           Selection + capabilities → HostResources (files, nodes)
@@ -22,10 +23,12 @@
 //! hook                               the prestart hook docker's --gpus adds, and the
 //!                                    createContainer hook of our CDI specs (link-driver)
 //! generate                           plans → a CDI spec for this host (nvshim cdi generate)
-//! plugin                             the kubelet device plugin (its own pipeline: config,
-//!                                    resources, health, allocate, preferred, server)
 //! logging, cli, bump                 front-end plumbing (bump: the static binaries' allocator)
 //! ```
+//!
+//! The kubelet device plugin is its own crate (`crates/device-plugin`, with tokio, tonic
+//! and hyper), built on this one; this library links no async stack, so neither do the
+//! static runtime and hook (`tests/core_deps.rs` holds it to that).
 
 pub mod files;
 pub mod roots;
@@ -38,6 +41,7 @@ pub mod nvml;
 pub mod request;
 
 pub mod config;
+pub mod k8s_config;
 
 pub mod inventory;
 
@@ -56,7 +60,6 @@ pub mod runtime;
 
 pub mod generate;
 pub mod hook;
-pub mod plugin;
 
 pub mod bump;
 pub mod cli;

@@ -6,8 +6,8 @@
 //! Shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`, one line each) and by
 //! `tests/fuzz_regressions.rs`, which includes this file with `#[path]` and replays the
 //! seed corpora and every crash ever found, so a plain `cargo test` re-checks them
-//! without the fuzzer. It may use only `nvshim`, `serde_json` and `std`: the test crate
-//! has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
+//! without the fuzzer. It may use only `nvshim`, `nvshim_device_plugin` (for the
+//! plugin's HTTP/2 fix), `serde_json` and `std`: the test crate has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
 //! property is a `panic!` that says which.
 
 use std::path::Path;
@@ -16,12 +16,17 @@ use std::str::FromStr;
 use nvshim::bundle::{self, SpecDoc};
 use nvshim::cdi::spec as cdi_spec;
 use nvshim::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
-use nvshim::plugin::http2::{Http2Error, Inbound, PREFACE};
 use nvshim::request::{
     ContainerInputs, DeviceList, DriverCapabilities, InputMount, RequestPolicy, Requirement,
     compare_versions,
 };
 use serde_json::{Map, Value};
+
+// The device plugin's check, in a file of its own (a path relative to this file's
+// directory, whether it is `nvshim_fuzz::checks` or included by the replay test).
+#[path = "plugin_checks.rs"]
+mod plugin_checks;
+pub use plugin_checks::http2_inbound;
 
 /// A check: panics if the parser fails it on these bytes.
 pub type Check = fn(&[u8]);
@@ -488,9 +493,9 @@ pub fn config_toml(data: &[u8]) {
     let _ = nvshim::pipeline::context(&config);
 }
 
-/// The device plugin's YAML config file.
+/// The device plugin's (and GFD's) YAML config file.
 pub fn plugin_yaml(data: &[u8]) {
-    let _ = nvshim::plugin::config::parse_file(data, Path::new("config.yaml"));
+    let _ = nvshim::k8s_config::parse_file(data, Path::new("config.yaml"));
 }
 
 /// The OCI state a runtime writes on a hook's stdin. What parses has what
@@ -559,52 +564,4 @@ pub fn hook_link(data: &[u8]) {
             }
         }
     }
-}
-
-/// A client's HTTP/2 bytes through the device plugin's `:authority` fix (the fuzzer's
-/// bytes follow the preface; the first byte says where to split the reads). It must
-/// not panic; its output must not depend on how reads fall; when it replaced no
-/// authority, it passed on a prefix of its input byte for byte; and its output, read
-/// again, needs no change (every authority in it is one h2 accepts, and h2's table
-/// follows it).
-pub fn http2_inbound(data: &[u8]) {
-    let Some((&cut, data)) = data.split_first() else {
-        return;
-    };
-    let mut input = PREFACE.to_vec();
-    input.extend_from_slice(data);
-    let cut = usize::from(cut) * input.len() / 256;
-    let (whole, rewritten, transparent) = match inbound_output(&[&input]) {
-        Ok(done) => done,
-        Err(_) => return,
-    };
-    let split = inbound_output(&[&input[..cut], &input[cut..]]).map(|(out, ..)| out);
-    if split.as_ref() != Ok(&whole) {
-        panic!("http2_inbound: the output changed when the reads split at {cut}");
-    }
-    if rewritten == 0 && !input.starts_with(&whole) {
-        panic!("http2_inbound: nothing was rewritten, yet the output differs from the input");
-    }
-    if rewritten > 0 && !transparent {
-        // A re-encoded block can grow past a limit on the second read: not a failure.
-        if let Ok((again, fixed, _)) = inbound_output(&[&whole]) {
-            if fixed != 0 {
-                panic!("http2_inbound: {fixed} authorities in the output still needed a fix");
-            }
-            if again != whole {
-                panic!("http2_inbound: the output changed when read again");
-            }
-        }
-    }
-}
-
-/// What an `Inbound` passes on for `reads`, how many authorities it replaced, and
-/// whether it gave up rewriting.
-fn inbound_output(reads: &[&[u8]]) -> Result<(Vec<u8>, u64, bool), Http2Error> {
-    let mut inbound = Inbound::default();
-    let mut out = Vec::new();
-    for read in reads {
-        inbound.feed(read, &mut out)?;
-    }
-    Ok((out, inbound.rewritten(), inbound.is_transparent()))
 }

@@ -1,32 +1,16 @@
 //! Shared helpers for the integration tests: a simulated node in a tempdir and a way
 //! to run our binaries against it.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::expect_used, clippy::unwrap_used)]
 
-pub mod cdi_schema;
-pub mod kubelet;
-pub mod plugin_proc;
-pub mod podman;
+// The node, output checks, podman and the CDI schema are the testkit's harness, shared
+// with the device plugin's tests; the names here stay as the tests know them.
+pub use nvshim_testkit::harness::{
+    GPU_SCRIPT, Node, Printed, cdi_schema, node, ok, podman, stderr, stdout,
+};
 
 use std::path::Path;
 use std::process::{Command, Output};
-
-use nvshim_testkit::{Artifacts, NodeSpec, SimNode};
-
-pub struct Node {
-    pub sim: SimNode,
-    _dir: tempfile::TempDir,
-}
-
-/// Builds a simulated node from `spec` in a fresh tempdir.
-pub fn node(spec: &NodeSpec) -> Node {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let artifacts =
-        Artifacts::locate().expect("mock NVML artifacts (run `cargo build --workspace` first)");
-    let sim =
-        SimNode::build(spec, &dir.path().join("node"), &artifacts).expect("build simulated node");
-    Node { sim, _dir: dir }
-}
 
 /// Runs `nvshim <args> <root flags>` with the mock's env and nothing inherited that
 /// could change its behaviour.
@@ -47,73 +31,6 @@ pub fn nvshim_env(node: &Node, args: &[&str], extra_env: &[(&str, &Path)]) -> Ou
         cmd.env(k, v);
     }
     cmd.output().expect("run nvshim")
-}
-
-pub fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-pub fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts success and returns stdout.
-pub fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        stdout(&out),
-        stderr(&out)
-    );
-    stdout(&out)
-}
-
-/// The shell command the end-to-end tests run in a GPU container: the device nodes,
-/// `nvidia-smi -L` and its exit status, and the linker cache, in `---`-separated parts.
-pub const GPU_SCRIPT: &str =
-    "ls /dev; echo ---; nvidia-smi -L; echo \"rc=$?\"; echo ---; ldconfig -p";
-
-/// A container's output of [`GPU_SCRIPT`].
-pub struct Printed(pub String);
-
-impl Printed {
-    /// The `n`th `---` part.
-    pub fn section(&self, n: usize) -> String {
-        self.0.split("---\n").nth(n).unwrap_or("").to_string()
-    }
-
-    /// Every `/dev/nvidia*` entry, sorted.
-    pub fn nvidia_nodes(&self) -> Vec<String> {
-        let mut nodes: Vec<String> = self
-            .section(0)
-            .lines()
-            .filter(|l| l.starts_with("nvidia"))
-            .map(String::from)
-            .collect();
-        nodes.sort();
-        nodes
-    }
-
-    /// The `/dev/nvidia<N>` entries only, sorted.
-    pub fn gpu_nodes(&self) -> Vec<String> {
-        self.nvidia_nodes()
-            .into_iter()
-            .filter(|n| {
-                n.strip_prefix("nvidia")
-                    .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
-            })
-            .collect()
-    }
-
-    /// `nvidia-smi -L`'s `GPU <i>: …` lines.
-    pub fn smi_lines(&self) -> Vec<String> {
-        self.section(1)
-            .lines()
-            .filter(|l| l.starts_with("GPU "))
-            .map(String::from)
-            .collect()
-    }
 }
 
 /// The hook binary under test: `$NVSHIM_TEST_HOOK` (`make test` sets it to the static

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
-use crate::plugin::config::{GPU_RESOURCE, MigStrategy, Sharing, SharingStrategy};
+use crate::k8s_config::{GPU_RESOURCE, MigStrategy, Sharing, SharingStrategy};
 
 /// Label key → value, in key order (the order of the output file).
 pub type Labels = BTreeMap<String, String>;

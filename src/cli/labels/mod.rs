@@ -6,6 +6,7 @@
 //! mod       flags, one shot or the --interval loop, reading the node, writing the file
 //! compute   inventory × MIG strategy × time-slicing → labels (pure)
 //! k8s       Kubernetes' label key/value rules and the value sanitiser (pure)
+//! stop      the loop's wait: the interval, or SIGTERM/SIGINT (signalfd + poll)
 //! ```
 //!
 //! The file is replaced atomically (temp file, fsync, rename; the temp file's name starts
@@ -17,6 +18,7 @@
 
 mod compute;
 mod k8s;
+mod stop;
 
 #[cfg(test)]
 mod deployments_tests;
@@ -28,7 +30,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use tokio::signal::unix::{SignalKind, signal};
 
 pub use compute::{Facts, LabelSettings, Labels, MIXED_PRODUCT, PREFIX, compute, family};
 pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
@@ -36,7 +37,8 @@ pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use super::{CliError, HostArgs};
 use crate::files::write::{self, WriteError};
 use crate::inventory::{Backend, Inventory, InventoryError};
-use crate::plugin::config::{FileSettings, MigStrategy, PluginConfigError, load_file};
+use crate::k8s_config::{FileSettings, K8sConfigError, MigStrategy, load_file};
+use stop::StopSignals;
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
 pub const DEFAULT_OUTPUT: &str = "/etc/kubernetes/node-feature-discovery/features.d/nvshim";
@@ -73,15 +75,13 @@ pub enum LabelsError {
     #[error("invalid interval {value:?}: {reason} (e.g. 60s, 5m, 1h30m; units ms, s, m, h)")]
     Interval { value: String, reason: &'static str },
     #[error(transparent)]
-    Config(#[from] PluginConfigError),
+    Config(#[from] K8sConfigError),
     #[error(transparent)]
     Inventory(#[from] InventoryError),
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error("cannot write the labels to stdout: {0}")]
     Stdout(#[source] io::Error),
-    #[error("cannot start the timer and signal runtime: {0}")]
-    Runtime(#[source] io::Error),
     #[error("cannot listen for SIGTERM and SIGINT: {0}")]
     Signals(#[source] io::Error),
     #[error("cannot remove {} on exit: {source}", path.display())]
@@ -125,19 +125,14 @@ impl Labeller<'_> {
             let text = render(&self.labels()?);
             return self.emit(&text, out).map(|_| ());
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(LabelsError::Runtime)?;
-        runtime.block_on(self.repeat(interval, out))
+        self.repeat(interval, out)
     }
 
     /// Relabels every `interval` until SIGTERM or SIGINT. A failed round (NVML gone for
     /// a moment, a full disk) is logged and leaves the previous labels in place.
-    async fn repeat(&self, interval: Duration, out: &mut dyn Write) -> Result<(), LabelsError> {
+    fn repeat(&self, interval: Duration, out: &mut dyn Write) -> Result<(), LabelsError> {
         // Listen before the first round, so that a signal during it is not fatal.
-        let mut term = signal(SignalKind::terminate()).map_err(LabelsError::Signals)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(LabelsError::Signals)?;
+        let stop = StopSignals::listen().map_err(LabelsError::Signals)?;
         let mut last: Option<String> = None;
         loop {
             let round = self.labels().map(|labels| render(&labels));
@@ -158,10 +153,8 @@ impl Labeller<'_> {
                     );
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+            if stop.wait(interval).map_err(LabelsError::Signals)? {
+                break;
             }
         }
         tracing::info!("stopping");

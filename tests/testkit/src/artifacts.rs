@@ -31,18 +31,8 @@ impl Artifacts {
     /// Finds both artifacts: `$NVSHIM_MOCK_NVML` / `$NVSHIM_FAKE_NVIDIA_SMI` when set, otherwise
     /// the nearest `target/<profile>/` at or above the running executable.
     pub fn locate() -> Result<Artifacts, TestkitError> {
-        let exe = std::env::current_exe().map_err(|source| TestkitError::Io {
-            action: "finding the running executable",
-            path: PathBuf::from("/proc/self/exe"),
-            source,
-        })?;
-        // `deps/` holds hashed copies of binaries; the plain names live in `target/<profile>/`.
-        let dirs: Vec<&Path> = exe
-            .ancestors()
-            .skip(1)
-            .take(SEARCH_DEPTH + 1)
-            .filter(|d| !d.ends_with("deps"))
-            .collect();
+        let exe = running_exe()?;
+        let dirs = search_dirs(&exe);
         Ok(Artifacts {
             mock_nvml: find("the mock NVML", MOCK_NVML_ENV, MOCK_NVML_FILE, &dirs)?,
             nvidia_smi: find(
@@ -53,6 +43,36 @@ impl Artifacts {
             )?,
         })
     }
+}
+
+/// Another workspace binary (`file`, e.g. `nvidia-container-runtime`) built beside the
+/// running test: `$env` when set, else the first `file` up the running executable's
+/// directories, as for [`Artifacts::locate`]. For a test crate that runs a binary of
+/// another workspace package, which cargo does not name in `CARGO_BIN_EXE_*`.
+pub fn workspace_binary(
+    what: &'static str,
+    env: &str,
+    file: &str,
+) -> Result<PathBuf, TestkitError> {
+    let exe = running_exe()?;
+    find(what, env, file, &search_dirs(&exe))
+}
+
+fn running_exe() -> Result<PathBuf, TestkitError> {
+    std::env::current_exe().map_err(|source| TestkitError::Io {
+        action: "finding the running executable",
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })
+}
+
+/// `deps/` holds hashed copies of binaries; the plain names live in `target/<profile>/`.
+fn search_dirs(exe: &Path) -> Vec<&Path> {
+    exe.ancestors()
+        .skip(1)
+        .take(SEARCH_DEPTH + 1)
+        .filter(|d| !d.ends_with("deps"))
+        .collect()
 }
 
 fn find(

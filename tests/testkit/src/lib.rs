@@ -17,6 +17,9 @@
 //! `docker import`, and [`Dockerd`] / [`Containerd`] start private engines that never touch the
 //! system's daemons.
 //!
+//! [`harness`] is what the integration tests of both nvshim crates (the core and the device
+//! plugin) share on top of that: a node in a tempdir, output checks, podman and the CDI schema.
+//!
 //! This crate must not depend on `nvshim`: it is nvshim's dev-dependency and describes hosts, not
 //! nvshim's view of them.
 
@@ -26,6 +29,7 @@ mod driver;
 mod engines;
 mod error;
 mod files;
+pub mod harness;
 pub mod layering;
 mod mock_config;
 mod mps;
@@ -36,6 +40,7 @@ mod spec;
 
 pub use artifacts::{
     Artifacts, FAKE_NVIDIA_SMI_ENV, FAKE_NVIDIA_SMI_FILE, MOCK_NVML_ENV, MOCK_NVML_FILE,
+    workspace_binary,
 };
 pub use devices::{DeviceNode, device_nodes};
 pub use driver::{

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+//! The device plugin's integration tests, one binary (one link, one process tree for
+//! nextest to list): each module was a test file of its own.
+//!
+//! ```text
+//! common        the harness: the testkit's node and output checks, the workspace's
+//!               other binaries, a fake kubelet, the plugin as a process, a real kubelet
+//! grpc          the kubelet side through the library API (serve, register, restarts)
+//! e2e           the binary as a process against the fake kubelet, and in containers
+//! abuse         requests no kubelet sends
+//! cdi           the CDI spec the cdi-* strategies write, and podman reading it
+//! foreign       gRPC clients we did not write (grpcio, grpc-go, raw HTTP/2)
+//! health        the XID event loop against the mock NVML
+//! http2         the :authority fix against h2's decoder
+//! kubelet       a real kubelet and containerd
+//! metrics       /metrics on a simulated node
+//! mps           MPS sharing with the real binary
+//! soak          load and soak (ignored by default)
+//! deployments   the shipped manifests against what the plugin reads
+//! ```
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+mod abuse;
+mod cdi;
+mod deployments;
+mod e2e;
+mod foreign;
+mod grpc;
+mod health;
+mod http2;
+mod kubelet;
+mod metrics;
+mod mps;
+mod soak;
