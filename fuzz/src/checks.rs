@@ -4,11 +4,12 @@
 //! edited `config.json` keeps every field we did not touch, …).
 //!
 //! Shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`, one line each) and by
-//! `tests/fuzz_regressions.rs`, which includes this file with `#[path]` and replays the
-//! seed corpora and every crash ever found, so a plain `cargo test` re-checks them
-//! without the fuzzer. It may use only `nvshim`, `nvshim_device_plugin` (for the
-//! plugin's HTTP/2 fix), `serde_json` and `std`: the test crate has nothing else. No `unwrap`/`expect` (clippy runs on the test crate): a broken
-//! property is a `panic!` that says which.
+//! `tests/security/fuzz_regressions.rs`, which includes this file with `#[path]` and
+//! replays the seed corpora and every crash ever found, so a plain `cargo test`
+//! re-checks them without the fuzzer. It may use only `nvshim`, `serde_json` and `std`:
+//! the test crate has nothing else. No `unwrap`/`expect` (clippy runs on the test
+//! crate): a broken property is a `panic!` that says which. The device plugin's check is
+//! `plugin_checks.rs`, replayed by the plugin crate's tests.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -21,12 +22,6 @@ use nvshim::request::{
     compare_versions,
 };
 use serde_json::{Map, Value};
-
-// The device plugin's check, in a file of its own (a path relative to this file's
-// directory, whether it is `nvshim_fuzz::checks` or included by the replay test).
-#[path = "plugin_checks.rs"]
-mod plugin_checks;
-pub use plugin_checks::http2_inbound;
 
 /// A check: panics if the parser fails it on these bytes.
 pub type Check = fn(&[u8]);
@@ -45,8 +40,11 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("cdi_spec_json", cdi_spec_json),
     ("cdi_spec_yaml", cdi_spec_yaml),
     ("hook_link", hook_link),
-    ("http2_inbound", http2_inbound),
 ];
+
+/// The device plugin's targets (`plugin_checks.rs`): the plugin crate's tests replay
+/// them, so the core crate's tests need not link the plugin.
+pub const PLUGIN_TARGETS: &[&str] = &["http2_inbound"];
 
 /// Env values and annotations are strings; a runtime never sees invalid UTF-8 there
 /// (Go's JSON decoder replaces it), so neither do the string parsers.

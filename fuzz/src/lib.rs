@@ -3,3 +3,4 @@
 //! seed corpora and on every crash kept under `tests/fixtures/fuzz-regressions/`.
 
 pub mod checks;
+pub mod plugin_checks;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The admin CLI `nvshim` through the real binary on simulated nodes: `info` and `list`,
 //! `configure` (with the engines it configures), `doctor`, `labels`, the CDI specs
-//! `cdi generate` writes, and the packages that ship it all. One test binary, so the
+//! `cdi generate` writes, the packages that ship it all, the docs against the flags
+//! and keys the binaries define, and the core library's dependency tree. One test binary, so the
 //! library is linked once for all of them.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -11,6 +12,8 @@ mod common;
 
 mod cdi_schema;
 mod configure;
+mod core_deps;
+mod docs_flags;
 mod doctor;
 mod info_list;
 mod labels;

@@ -319,7 +319,10 @@ fn deb_build_is_reproducible() {
         let sum = ok(Command::new("sha256sum").arg(file));
         sum.split_whitespace().next().unwrap().to_owned()
     };
-    let (a, b) = (sha256(&deb), sha256(&dir.path().join(deb.file_name().unwrap())));
+    let (a, b) = (
+        sha256(&deb),
+        sha256(&dir.path().join(deb.file_name().unwrap())),
+    );
     eprintln!("sha256 of both builds: {a} {b}");
     assert_eq!(a, b, "two builds of the same inputs differ");
 }

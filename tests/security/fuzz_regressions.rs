@@ -81,11 +81,15 @@ fn every_fuzz_target_is_replayed() {
         .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()))
         .collect();
     on_disk.sort();
-    let mut replayed: Vec<String> = checks::TARGETS.iter().map(|(t, _)| t.to_string()).collect();
+    let mut replayed: Vec<String> = checks::TARGETS
+        .iter()
+        .map(|(t, _)| t.to_string())
+        .chain(checks::PLUGIN_TARGETS.iter().map(|t| t.to_string()))
+        .collect();
     replayed.sort();
     assert_eq!(
         on_disk, replayed,
-        "fuzz/fuzz_targets/ and checks::TARGETS differ"
+        "fuzz/fuzz_targets/ and checks::TARGETS + PLUGIN_TARGETS differ"
     );
 }
 
@@ -109,7 +113,8 @@ fn regression_directories_name_real_targets() {
         if entry.path().is_dir() {
             let name = entry.file_name().to_string_lossy().into_owned();
             assert!(
-                checks::TARGETS.iter().any(|(t, _)| *t == name),
+                checks::TARGETS.iter().any(|(t, _)| *t == name)
+                    || checks::PLUGIN_TARGETS.contains(&name.as_str()),
                 "case {name}: {} is not a fuzz target's name",
                 entry.path().display()
             );

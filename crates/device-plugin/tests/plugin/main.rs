@@ -28,6 +28,7 @@ mod cdi;
 mod deployments;
 mod e2e;
 mod foreign;
+mod fuzz_regressions;
 mod grpc;
 mod health;
 mod http2;

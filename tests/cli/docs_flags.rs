@@ -357,7 +357,7 @@ fn config_keys() -> BTreeSet<String> {
 /// The keys the plugin's config parser accepts in the table at `path`, from the error
 /// it gives for an unknown key there. `yaml` holds the key `docsProbe` in that table.
 fn plugin_table_keys(path: &str, yaml: &str) -> BTreeSet<String> {
-    let err = nvshim::plugin::config::parse_file(yaml.as_bytes(), Path::new("probe.yaml"))
+    let err = nvshim::k8s_config::parse_file(yaml.as_bytes(), Path::new("probe.yaml"))
         .expect_err("an unknown key is an error")
         .to_string();
     // serde's words: "unknown field `x`, expected one of a, b, c at line 2, column 9"
