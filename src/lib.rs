@@ -2,35 +2,40 @@
 //!
 //! One idea runs through the crate: a container's GPU request becomes a list of
 //! container edits (CDI-shaped: device nodes, mounts, hooks, env), and every front end
-//! is a thin way of producing or applying that list. Modules are listed in pipeline
-//! order; a module uses only modules above it.
+//! is a thin way of producing or applying that list.
+//!
+//! The modules below are declared in floors, lowest first, one group of `pub mod`
+//! lines per floor: a module uses only modules on floors below its own, never one
+//! beside it or above (`layering_tests` reads this file and holds the code to it).
 //!
 //! ```text
-//! roots, files, ldcache, nvml, cdi   leaves: paths, small-file reads and atomic replacement,
-//!                                    the ld.so.cache format,
-//!                                    NVML, CDI wire types
-//! bundle                             config.json as JSON (tolerant views, atomic write), OCI state
-//! request                            ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
-//! config, k8s_config                 /etc/nvidia-container-runtime/config.toml, NVIDIA's keys;
-//!                                    the config file NVIDIA's device plugin and GFD share
-//! inventory                          GPUs + MIG devices + driver version (procfs or NVML)
-//! select                             request × inventory → Selection
-//! discover                           Selection + capabilities → HostResources (files, nodes)
-//! edits                              HostResources → ContainerEdits (pure, stable order)
-//! inject                             ContainerEdits → an OCI spec (JSON), the only spec writer
-//! pipeline                           plan(): the one path through all of the above
-//! runtime                            the runc shim: argv, create, low-level runtime, exec
-//! hook                               the prestart hook docker's --gpus adds, and the
-//!                                    createContainer hook of our CDI specs (link-driver)
-//! generate                           plans → a CDI spec for this host (nvshim cdi generate)
-//! logging, cli, bump                 front-end plumbing (bump: the static binaries' allocator)
+//! bump, files, logging, roots   leaves: the static binaries' allocator, small-file reads
+//!                               and atomic replacement, tracing set-up, host roots
+//! bundle, cdi, ldcache, nvml    config.json as JSON and the OCI state; CDI wire types;
+//!                               the ld.so.cache format; NVML
+//! request                       ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
+//! config, k8s_config            config.toml with NVIDIA's keys; the config file NVIDIA's
+//!                               device plugin and GFD share
+//! inventory                     GPUs + MIG devices + driver version (procfs or NVML)
+//! select                        request × inventory → Selection
+//! discover                      Selection + capabilities → HostResources (files, nodes)
+//! edits                         HostResources → ContainerEdits (pure, stable order)
+//! inject, rootfs                ContainerEdits → an OCI spec (JSON), the only spec writer;
+//!                               safe paths inside a container's root
+//! pipeline                      plan(): the one path through all of the above
+//! runtime                       the runc shim: argv, create, low-level runtime, exec
+//! generate, hook                plans → a CDI spec for this host; the prestart hook and
+//!                               the createContainer hooks of our CDI specs
+//! cli                           the admin CLI `nvshim`, on top of everything
 //! ```
 //!
 //! The kubelet device plugin is its own crate (`crates/device-plugin`, with tokio, tonic
 //! and hyper), built on this one; this library links no async stack, so neither do the
-//! static runtime and hook (`tests/core_deps.rs` holds it to that).
+//! static runtime and hook (`tests/cli/core_deps.rs` holds it to that).
 
+pub mod bump;
 pub mod files;
+pub mod logging;
 pub mod roots;
 
 pub mod bundle;
@@ -61,6 +66,7 @@ pub mod runtime;
 pub mod generate;
 pub mod hook;
 
-pub mod bump;
 pub mod cli;
-pub mod logging;
+
+#[cfg(test)]
+mod layering_tests;

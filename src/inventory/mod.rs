@@ -139,23 +139,8 @@ pub fn load(roots: &Roots, source: &Source) -> Result<Inventory, InventoryError>
     }
 }
 
-/// Normalises a PCI bus id to the sysfs form: 4-digit domain, lowercase
-/// (`00000000:07:00.0` from NVML becomes `0000:07:00.0`). Returns `None` when the value
-/// is not a bus id.
-pub fn normalize_bus_id(raw: &str) -> Option<String> {
-    let raw = raw.trim();
-    let (domain, rest) = raw.split_once(':')?;
-    let (bus, rest) = rest.split_once(':')?;
-    let (device, function) = rest.split_once('.')?;
-    let domain = u32::from_str_radix(domain, 16).ok()?;
-    let bus = u8::from_str_radix(bus, 16).ok()?;
-    let device = u8::from_str_radix(device, 16).ok()?;
-    let function = u8::from_str_radix(function, 16).ok()?;
-    if domain > 0xffff || device > 0x1f || function > 7 {
-        return None;
-    }
-    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
-}
+/// The sysfs form of a PCI bus id; the request's device-id grammar owns it.
+pub use crate::request::normalize_bus_id;
 
 /// Sort key for PCI order: (domain, bus, device, function).
 pub(crate) fn bus_order(bus_id: &str) -> (u32, u32, u32, u32) {

@@ -136,7 +136,7 @@ impl DeviceId {
                 Err(malformed(UUID_SHAPE))
             };
         }
-        if let Some(bus) = crate::inventory::normalize_bus_id(element) {
+        if let Some(bus) = normalize_bus_id(element) {
             return Ok(Self::BusId(bus));
         }
         if let Some((kind, name)) = element.split_once('=')
@@ -241,6 +241,25 @@ impl Serialize for DeviceList {
         s.collect_str(self)
     }
 }
+
+/// Normalises a PCI bus id to the sysfs form: 4-digit domain, lowercase
+/// (`00000000:07:00.0` from NVML becomes `0000:07:00.0`). Returns `None` when the value
+/// is not a bus id.
+pub fn normalize_bus_id(raw: &str) -> Option<String> {
+    let raw = raw.trim();
+    let (domain, rest) = raw.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let device = u8::from_str_radix(device, 16).ok()?;
+    let function = u8::from_str_radix(function, 16).ok()?;
+    if domain > 0xffff || device > 0x1f || function > 7 {
+        return None;
+    }
+    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

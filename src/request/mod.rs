@@ -27,7 +27,7 @@ use std::fmt;
 use serde::Serialize;
 
 pub use capabilities::{Capability, DriverCapabilities};
-pub use devices::{DeviceId, DeviceList};
+pub use devices::{DeviceId, DeviceList, normalize_bus_id};
 pub use inputs::{ContainerInputs, InputMount, RequestPolicy, build};
 pub use require::{Condition, ConditionError, Op, RequireKey, Requirement, compare_versions};
 
