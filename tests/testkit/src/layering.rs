@@ -57,10 +57,10 @@ pub fn scan(src: &Path) -> io::Result<Graph> {
                 }
                 _ => continue,
             };
-            if let Some(to) = graph.deepest_module(&absolute) {
-                if &to != module {
-                    graph.edges.insert((module.clone(), to));
-                }
+            if let Some(to) = graph.deepest_module(&absolute)
+                && &to != module
+            {
+                graph.edges.insert((module.clone(), to));
             }
         }
     }
@@ -87,10 +87,10 @@ impl Graph {
             if a == b {
                 continue;
             }
-            if let (Some(fa), Some(fb)) = (floor_of(a), floor_of(b)) {
-                if fb >= fa {
-                    out.insert((from.join("::"), to.join("::")));
-                }
+            if let (Some(fa), Some(fb)) = (floor_of(a), floor_of(b))
+                && fb >= fa
+            {
+                out.insert((from.join("::"), to.join("::")));
             }
         }
         out.into_iter().collect()
@@ -130,10 +130,9 @@ pub fn floors_from_lib(lib_rs: &str) -> Vec<Vec<String>> {
             .strip_prefix("pub mod ")
             .or_else(|| line.strip_prefix("mod "))
             .and_then(|rest| rest.strip_suffix(';'))
+            && let Some(floor) = floors.last_mut()
         {
-            if let Some(floor) = floors.last_mut() {
-                floor.push(name.trim().to_string());
-            }
+            floor.push(name.trim().to_string());
         }
     }
     floors.retain(|f| !f.is_empty());
