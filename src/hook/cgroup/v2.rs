@@ -19,9 +19,9 @@ use nix::errno::Errno;
 use nix::fcntl::{self, OFlag};
 use nix::sys::stat::Mode;
 
-use crate::hook::syscalls;
 use super::program::{self, Insn};
 use super::{CgroupError, CharDevice};
+use crate::hook::syscalls;
 
 const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
 const BPF_CGROUP_DEVICE: u32 = 6;
