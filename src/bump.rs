@@ -235,14 +235,17 @@ mod tests {
         let mut blocks = Vec::new();
         for i in 1..2000usize {
             let l = layout(i % 700 + 1, 1 << (i % 7));
+            // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
             let p = unsafe { a.alloc(l) };
             assert!(!p.is_null());
             assert_eq!(p as usize % l.align(), 0);
+            // SAFETY: the block was just allocated with at least that many bytes, and only this test uses it.
             unsafe { std::ptr::write_bytes(p, (i % 251) as u8, l.size()) };
             blocks.push((p, l, (i % 251) as u8));
         }
         // Every block still holds its own fill byte: none overlapped another.
         for (p, l, fill) in &blocks {
+            // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
             let s = unsafe { std::slice::from_raw_parts(*p, l.size()) };
             assert!(s.iter().all(|b| b == fill));
         }
@@ -252,12 +255,18 @@ mod tests {
     fn the_last_block_grows_in_place_and_is_taken_back() {
         let a = Bump::new();
         let l = layout(16, 8);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(l) };
+        // SAFETY: the block was just allocated with at least that many bytes, and only this test uses it.
         unsafe { p.write(7) };
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         let q = unsafe { a.realloc(p, l, 64) };
         assert_eq!(p, q, "the most recent block grows in place");
+        // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
         assert_eq!(unsafe { q.read() }, 7);
+        // SAFETY: the block came from this allocator with that layout and is not used again.
         unsafe { a.dealloc(q, layout(64, 8)) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let r = unsafe { a.alloc(l) };
         assert_eq!(r, p, "freeing the most recent block gives its memory back");
     }
@@ -292,15 +301,22 @@ mod tests {
     #[test]
     fn a_freed_block_is_reused_by_its_class_only() {
         let a = Bump::new();
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(layout(200, 8)) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let _keep = unsafe { a.alloc(layout(8, 8)) };
+        // SAFETY: the block came from this allocator with that layout and is not used again.
         unsafe { a.dealloc(p, layout(200, 8)) };
         // Another class bumps; the same class (224 bytes: 193..=224) takes it back.
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let other = unsafe { a.alloc(layout(40, 8)) };
         assert_ne!(other, p);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let same = unsafe { a.alloc(layout(220, 8)) };
         assert_eq!(same, p);
+        // SAFETY: the block was just allocated with at least that many bytes, and only this test uses it.
         unsafe { std::ptr::write_bytes(same, 1, 220) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let next = unsafe { a.alloc(layout(220, 8)) };
         assert_ne!(next, p, "taken off the list once");
     }
@@ -308,24 +324,33 @@ mod tests {
     #[test]
     fn a_listed_block_is_reused_only_when_aligned_enough() {
         let a = Bump::new();
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let _pad = unsafe { a.alloc(layout(16, 16)) };
         // 16-aligned but not 64-aligned (the chunk starts 4096-aligned).
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(layout(64, 16)) };
         assert_eq!(p as usize % 64, 16);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let _keep = unsafe { a.alloc(layout(8, 8)) };
+        // SAFETY: the block came from this allocator with that layout and is not used again.
         unsafe { a.dealloc(p, layout(64, 16)) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let q = unsafe { a.alloc(layout(64, 64)) };
         assert_eq!(q as usize % 64, 0);
         assert_ne!(q, p);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         assert_eq!(unsafe { a.alloc(layout(64, 8)) }, p);
     }
 
     #[test]
     fn growing_within_a_class_keeps_the_block() {
         let a = Bump::new();
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(layout(130, 8)) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let _later = unsafe { a.alloc(layout(8, 8)) };
         // 130 and 160 are both in the 129..=160 class.
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         assert_eq!(unsafe { a.realloc(p, layout(130, 8), 160) }, p);
     }
 
@@ -333,12 +358,17 @@ mod tests {
     fn an_older_block_moves_when_it_grows() {
         let a = Bump::new();
         let l = layout(32, 8);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(l) };
+        // SAFETY: the block was just allocated with at least that many bytes, and only this test uses it.
         unsafe { std::ptr::write_bytes(p, 9, 32) };
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let _later = unsafe { a.alloc(l) };
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         let q = unsafe { a.realloc(p, l, 100) };
         assert_ne!(p, q);
         assert!(
+            // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
             unsafe { std::slice::from_raw_parts(q, 32) }
                 .iter()
                 .all(|b| *b == 9)
@@ -349,27 +379,36 @@ mod tests {
     fn large_blocks_and_crossings_keep_their_bytes() {
         let a = Bump::new();
         let l = layout(1000, 8);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let p = unsafe { a.alloc(l) };
+        // SAFETY: the block was just allocated with at least that many bytes, and only this test uses it.
         unsafe { std::ptr::write_bytes(p, 3, 1000) };
         // small → large → larger → small: each step keeps the common prefix.
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         let big = unsafe { a.realloc(p, l, LARGE + 10) };
         assert!(
+            // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
             unsafe { std::slice::from_raw_parts(big, 1000) }
                 .iter()
                 .all(|b| *b == 3)
         );
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         let bigger = unsafe { a.realloc(big, layout(LARGE + 10, 8), 3 * CHUNK) };
         assert!(
+            // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
             unsafe { std::slice::from_raw_parts(bigger, 1000) }
                 .iter()
                 .all(|b| *b == 3)
         );
+        // SAFETY: the block came from this allocator with that layout; the new size is non-zero.
         let back = unsafe { a.realloc(bigger, layout(3 * CHUNK, 8), 500) };
         assert!(
+            // SAFETY: the block holds at least that many bytes, written above, and nothing writes them meanwhile.
             unsafe { std::slice::from_raw_parts(back, 500) }
                 .iter()
                 .all(|b| *b == 3)
         );
+        // SAFETY: the block came from this allocator with that layout and is not used again.
         unsafe { a.dealloc(back, layout(500, 8)) };
     }
 
@@ -377,6 +416,7 @@ mod tests {
     fn chunks_are_refilled() {
         let a = Bump::new();
         let l = layout(LARGE - 1, 16);
+        // SAFETY: the layout has a non-zero size, all `GlobalAlloc::alloc` asks.
         let ptrs: Vec<_> = (0..20).map(|_| unsafe { a.alloc(l) }).collect();
         assert!(ptrs.iter().all(|p| !p.is_null()));
         let mut sorted: Vec<usize> = ptrs.iter().map(|p| *p as usize).collect();

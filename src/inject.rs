@@ -8,9 +8,16 @@
 //! left exactly where it was: no reordering, no dropped unknown fields. Missing
 //! intermediate objects (`linux`, `linux.resources`, `hooks`) are created; a field of
 //! the wrong JSON type is an error naming its JSON pointer, never overwritten.
+//!
+//! Each fragment we add (a device, a device cgroup rule, a mount, a hook) is built as
+//! its `oci-spec` type and serialized into the document; the document itself stays a
+//! `serde_json::Value` and is never read into `oci_spec::runtime::Spec`, which would
+//! drop the fields it does not know.
 
+use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
+use std::path::PathBuf;
 
 use crate::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
 
@@ -42,6 +49,14 @@ pub enum InjectError {
         pointer: String,
         expected: &'static str,
         found: &'static str,
+    },
+    #[error("device node {path}: unknown type {kind:?} (valid: b, c, u, p)")]
+    DeviceType { path: String, kind: String },
+    #[error("cannot write the OCI {what} for {key}: {reason}")]
+    Fragment {
+        what: &'static str,
+        key: String,
+        reason: String,
     },
 }
 
@@ -76,14 +91,14 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
                     .is_none_or(|p| !paths.contains(p))
             });
             for node in nodes {
-                devices.push(device_entry(node));
+                devices.push(device_entry(node)?);
                 applied.device_nodes += 1;
             }
         }
         let resources = object_at(linux, "resources", "/linux/resources")?;
         let rules = array_at(resources, "devices", "/linux/resources/devices")?;
         for node in &edits.device_nodes {
-            let rule = cgroup_rule(node);
+            let rule = cgroup_rule(node)?;
             if !rules.contains(&rule) {
                 rules.push(rule);
                 applied.cgroup_rules += 1;
@@ -101,7 +116,7 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
                 .is_none_or(|d| !destinations.contains(d))
         });
         for mount in ours {
-            mounts.push(mount_entry(mount));
+            mounts.push(mount_entry(mount)?);
             applied.mounts += 1;
         }
     }
@@ -111,7 +126,7 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, Inject
         for hook in &edits.hooks {
             let pointer = format!("/hooks/{}", hook.hook_name);
             let stage = array_at(hooks, &hook.hook_name, &pointer)?;
-            let entry = hook_entry(hook);
+            let entry = hook_entry(hook)?;
             if !stage.contains(&entry) {
                 stage.push(entry);
                 applied.hooks += 1;
@@ -171,67 +186,93 @@ fn is_legacy_hook(hook: &Value) -> bool {
         .is_some_and(|base| LEGACY_HOOK_NAMES.contains(&base))
 }
 
-fn device_entry(node: &DeviceNode) -> Value {
-    let mut entry = Map::new();
-    entry.insert("path".into(), json!(node.path));
-    entry.insert("type".into(), json!(node.kind.as_deref().unwrap_or("c")));
-    if let Some(major) = node.major {
-        entry.insert("major".into(), json!(major));
+/// The node's device type; absent or empty (CDI allows both) is `c`, the driver's.
+fn device_type(node: &DeviceNode) -> Result<LinuxDeviceType, InjectError> {
+    match node.kind.as_deref().unwrap_or("") {
+        "" | "c" => Ok(LinuxDeviceType::C),
+        "b" => Ok(LinuxDeviceType::B),
+        "u" => Ok(LinuxDeviceType::U),
+        "p" => Ok(LinuxDeviceType::P),
+        other => Err(InjectError::DeviceType {
+            path: node.path.clone(),
+            kind: other.to_owned(),
+        }),
     }
-    if let Some(minor) = node.minor {
-        entry.insert("minor".into(), json!(minor));
-    }
-    if let Some(mode) = node.file_mode {
-        entry.insert("fileMode".into(), json!(mode));
-    }
-    if let Some(uid) = node.uid {
-        entry.insert("uid".into(), json!(uid));
-    }
-    if let Some(gid) = node.gid {
-        entry.insert("gid".into(), json!(gid));
-    }
-    Value::Object(entry)
 }
 
-fn cgroup_rule(node: &DeviceNode) -> Value {
-    let mut rule = Map::new();
-    rule.insert("allow".into(), json!(true));
-    rule.insert("type".into(), json!(node.kind.as_deref().unwrap_or("c")));
-    if let Some(major) = node.major {
-        rule.insert("major".into(), json!(major));
-    }
-    if let Some(minor) = node.minor {
-        rule.insert("minor".into(), json!(minor));
-    }
-    rule.insert(
-        "access".into(),
-        json!(node.permissions.as_deref().unwrap_or("rwm")),
-    );
-    Value::Object(rule)
-}
-
-fn mount_entry(mount: &Mount) -> Value {
-    json!({
-        "destination": mount.container_path,
-        "type": mount.kind.as_deref().unwrap_or("bind"),
-        "source": mount.host_path,
-        "options": mount.options,
+/// A fragment as JSON.
+fn to_json<T: serde::Serialize>(
+    what: &'static str,
+    key: &str,
+    fragment: &T,
+) -> Result<Value, InjectError> {
+    serde_json::to_value(fragment).map_err(|e| InjectError::Fragment {
+        what,
+        key: key.to_owned(),
+        reason: e.to_string(),
     })
 }
 
-fn hook_entry(hook: &Hook) -> Value {
-    let mut entry = Map::new();
-    entry.insert("path".into(), json!(hook.path));
-    if !hook.args.is_empty() {
-        entry.insert("args".into(), json!(hook.args));
+/// `linux.devices[]`: an `oci_spec` `LinuxDevice`. Its `major`/`minor` are not
+/// optional, while a CDI node may leave them to the runtime: those the node does not
+/// give are left out, as the CDI library leaves them.
+fn device_entry(node: &DeviceNode) -> Result<Value, InjectError> {
+    let mut device = LinuxDevice::default();
+    device
+        .set_path(PathBuf::from(&node.path))
+        .set_typ(device_type(node)?)
+        .set_major(node.major.unwrap_or(0))
+        .set_minor(node.minor.unwrap_or(0))
+        .set_file_mode(node.file_mode)
+        .set_uid(node.uid)
+        .set_gid(node.gid);
+    let mut entry = to_json("device", &node.path, &device)?;
+    if let Some(fields) = entry.as_object_mut() {
+        if node.major.is_none() {
+            fields.remove("major");
+        }
+        if node.minor.is_none() {
+            fields.remove("minor");
+        }
     }
-    if !hook.env.is_empty() {
-        entry.insert("env".into(), json!(hook.env));
-    }
-    if let Some(timeout) = hook.timeout {
-        entry.insert("timeout".into(), json!(timeout));
-    }
-    Value::Object(entry)
+    Ok(entry)
+}
+
+/// `linux.resources.devices[]`: an `oci_spec` `LinuxDeviceCgroup` allowing the node.
+fn cgroup_rule(node: &DeviceNode) -> Result<Value, InjectError> {
+    let mut rule = LinuxDeviceCgroup::default();
+    rule.set_allow(true)
+        .set_typ(Some(device_type(node)?))
+        .set_major(node.major)
+        .set_minor(node.minor)
+        .set_access(Some(
+            node.permissions.clone().unwrap_or_else(|| "rwm".to_owned()),
+        ));
+    to_json("device cgroup rule", &node.path, &rule)
+}
+
+/// `mounts[]`: an `oci_spec` `Mount`.
+fn mount_entry(mount: &Mount) -> Result<Value, InjectError> {
+    let mut entry = oci_spec::runtime::Mount::default();
+    entry
+        .set_destination(PathBuf::from(&mount.container_path))
+        .set_typ(Some(
+            mount.kind.clone().unwrap_or_else(|| "bind".to_owned()),
+        ))
+        .set_source(Some(PathBuf::from(&mount.host_path)))
+        .set_options(Some(mount.options.clone()));
+    to_json("mount", &mount.container_path, &entry)
+}
+
+/// `hooks.<stage>[]`: an `oci_spec` `Hook`.
+fn hook_entry(hook: &Hook) -> Result<Value, InjectError> {
+    let mut entry = oci_spec::runtime::Hook::default();
+    entry
+        .set_path(PathBuf::from(&hook.path))
+        .set_args((!hook.args.is_empty()).then(|| hook.args.clone()))
+        .set_env((!hook.env.is_empty()).then(|| hook.env.clone()))
+        .set_timeout(hook.timeout);
+    to_json("hook", &hook.path, &entry)
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -406,6 +447,30 @@ mod tests {
         assert_eq!(spec["mounts"][0]["destination"], "/usr/bin/nvidia-smi");
         assert_eq!(spec["process"]["env"], json!(["NVIDIA_X=1"]));
         Ok(())
+    }
+
+    #[test]
+    fn device_fragments_follow_the_node() {
+        let mut e = edits();
+        e.device_nodes[0].kind = Some(String::new());
+        e.device_nodes[0].minor = None;
+        let mut spec = json!({});
+        apply(&mut spec, &e).unwrap();
+        assert_eq!(
+            spec.pointer("/linux/devices/0"),
+            Some(&json!({"path": "/dev/nvidia0", "type": "c", "major": 195, "fileMode": 438})),
+            "an empty type is c; an absent minor stays absent"
+        );
+        assert_eq!(
+            spec.pointer("/linux/resources/devices/0"),
+            Some(&json!({"allow": true, "type": "c", "major": 195, "access": "rwm"}))
+        );
+        e.device_nodes[0].kind = Some("x".into());
+        let err = apply(&mut json!({}), &e).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "device node /dev/nvidia0: unknown type \"x\" (valid: b, c, u, p)"
+        );
     }
 
     #[test]

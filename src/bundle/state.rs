@@ -14,7 +14,9 @@ const WHAT: &str = "OCI state";
 ///
 /// Only `bundle` and `pid` matter to us, so the rest is read tolerantly: fields of the wrong
 /// type read as absent, extra fields and statuses outside the spec (`paused`, or a future one)
-/// are fine. oci-spec's `State` rejects statuses it does not know.
+/// are fine. That is why this is not `oci_spec::runtime::State`: it rejects statuses it does
+/// not know (runc writes `paused`), a whole state for one field of the wrong type, and has no
+/// `bundlePath` (runc before 1.0.0-rc5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OciState {
     pub oci_version: Option<String>,

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::CliError;
 use crate::hook::link;
+use crate::hook::privileges::{self, Stage};
 
 #[derive(Debug, Args)]
 pub struct HookArgs {
@@ -50,6 +51,7 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
     }
     match &args.command {
         HookCommand::DisableDeviceNodeModification(params) => {
+            privileges::restrict(Stage::DisableDeviceNodeModification)?;
             let covered = match &params.rootfs {
                 Some(rootfs) => crate::hook::params::run_at(rootfs)?,
                 None => {
@@ -62,6 +64,7 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
             Ok(())
         }
         HookCommand::LinkDriver(args) => {
+            privileges::restrict(Stage::LinkDriver)?;
             let links = args
                 .links
                 .iter()

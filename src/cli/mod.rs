@@ -136,6 +136,8 @@ pub enum CliError {
     #[error(transparent)]
     Params(#[from] crate::hook::params::ParamsError),
     #[error(transparent)]
+    Privileges(#[from] crate::hook::privileges::PrivilegeError),
+    #[error(transparent)]
     Labels(#[from] labels::LabelsError),
     #[error(
         "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"

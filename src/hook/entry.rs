@@ -26,6 +26,7 @@ use crate::config;
 use crate::logging::{self, LogSettings};
 use crate::pipeline::{NvmlAccess, PipelineError};
 
+use super::privileges::{self, Stage};
 use super::{HookError, link, params};
 
 const NAME: &str = "nvidia-container-runtime-hook";
@@ -154,18 +155,27 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
              runs as root on the host (check the hook's env in the OCI spec)"
         ))
     };
+    let restrict = |stage| match privileges::restrict(stage) {
+        Ok(_) => None,
+        Err(e) => Some(failure(&e.to_string())),
+    };
     match args.stage.as_deref() {
-        Some("prestart") => {}
+        Some("prestart") => {
+            if let Some(failed) = restrict(Stage::Prestart) {
+                return failed;
+            }
+        }
         Some(link::SUBCOMMAND) => {
             return match loader_var() {
                 Some(var) => refuse(var),
-                None => link_driver(&args.rest),
+                None => restrict(Stage::LinkDriver).unwrap_or_else(|| link_driver(&args.rest)),
             };
         }
         Some(params::SUBCOMMAND) => {
             return match loader_var() {
                 Some(var) => refuse(var),
-                None => disable_device_node_modification(&args.rest),
+                None => restrict(Stage::DisableDeviceNodeModification)
+                    .unwrap_or_else(|| disable_device_node_modification(&args.rest)),
             };
         }
         Some("poststart" | "poststop") => return ExitCode::SUCCESS,

@@ -49,6 +49,8 @@ pub mod mounts;
 mod nodes;
 pub mod ns;
 pub mod params;
+pub mod privileges;
+mod syscalls;
 
 use std::path::PathBuf;
 use std::time::Instant;

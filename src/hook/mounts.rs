@@ -13,13 +13,13 @@
 //! Nothing here resolves container paths: mountpoints come from
 //! [`crate::rootfs::Rootfs::mountpoint`].
 
-#![allow(unsafe_code)]
-
 use std::ffi::c_uint;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
+
+use super::syscalls;
 
 /// How one bind mount is mounted, from its CDI/OCI options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,38 +73,13 @@ pub fn clone_tree(source: BorrowedFd<'_>, recursive: bool) -> Result<OwnedFd, Er
     if recursive {
         flags |= libc::AT_RECURSIVE as c_uint;
     }
-    // SAFETY: open_tree(2) reads only the fd and the NUL-terminated empty path, which
-    // lives for the whole call; it returns a new fd or -1 with errno set.
-    let ret =
-        unsafe { libc::syscall(libc::SYS_open_tree, source.as_raw_fd(), c"".as_ptr(), flags) };
-    if ret < 0 {
-        return Err(Errno::last());
-    }
-    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
-    // SAFETY: the kernel just returned this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    syscalls::open_tree(source, c"", flags)
 }
 
 /// Attaches the detached mount `tree` onto `target` (an `O_PATH` fd of the mountpoint
 /// in the current mount namespace).
 pub fn attach(tree: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), Errno> {
-    let flags: c_uint = libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH;
-    // SAFETY: move_mount(2) reads only the two fds and the two NUL-terminated empty
-    // paths, which live for the whole call; it returns 0 or -1 with errno set.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            target.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-        )
-    };
-    if ret < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    syscalls::move_mount(tree, target)
 }
 
 /// Sets the per-mount flags of the attached mount `tree` (bind remount) and makes it,

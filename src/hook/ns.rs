@@ -4,6 +4,9 @@
 //! with another thread. The hook binary is single-threaded by construction (no async
 //! runtime, no logging thread), and [`MountNamespace::enter`] also unshares
 //! `CLONE_FS` first, so a thread started by a library cannot break it.
+//!
+//! The thread count and the namespace identities come from the `procfs` crate;
+//! `uid_map`/`gid_map`, which it does not read, are parsed here.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -11,20 +14,39 @@ use std::path::PathBuf;
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
+use procfs::ProcError;
+use procfs::process::{Namespace, Process};
 
 use super::HookError;
 
-/// The process's thread count from `/proc/self/status`.
+/// The process's thread count: its tasks in `/proc/self/task`. (Counted rather than
+/// read from `/proc/self/status`: procfs's parser of the whole status file costs the
+/// static hook about 45 KiB.)
 pub fn threads() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    threads_in(&status)
+    let tasks = Process::myself().and_then(|p| p.tasks()).ok()?;
+    Some(tasks.filter(Result::is_ok).count())
 }
 
-fn threads_in(status: &str) -> Option<usize> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
+/// The errno behind a procfs error (`EIO` where it has none).
+fn errno_of(e: &ProcError) -> Errno {
+    match e {
+        ProcError::PermissionDenied(_) => Errno::EACCES,
+        ProcError::NotFound(_) => Errno::ENOENT,
+        ProcError::Io(e, _) => e.raw_os_error().map_or(Errno::EIO, Errno::from_raw),
+        _ => Errno::EIO,
+    }
+}
+
+/// Process `pid`'s (or our own, `None`) namespace of type `kind` (`mnt`, `user`).
+fn namespace(pid: Option<i32>, kind: &str) -> Result<Namespace, ProcError> {
+    let process = match pid {
+        Some(pid) => Process::new(pid)?,
+        None => Process::myself()?,
+    };
+    let mut all = process.namespaces()?;
+    all.0
+        .remove(std::ffi::OsStr::new(kind))
+        .ok_or(ProcError::NotFound(None))
 }
 
 /// Fails unless this process has exactly one thread.
@@ -56,11 +78,11 @@ impl MountNamespace {
             path: path.clone(),
             source: errno(e),
         })?;
-        let ours = std::fs::metadata("/proc/self/ns/mnt").map_err(|e| HookError::Namespace {
+        let ours = namespace(None, "mnt").map_err(|e| HookError::Namespace {
             path: PathBuf::from("/proc/self/ns/mnt"),
-            source: errno(e),
+            source: errno_of(&e),
         })?;
-        if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
+        if (ours.device_id, ours.identifier) == (theirs.dev(), theirs.ino()) {
             return Err(HookError::SameNamespace { pid });
         }
         Ok(MountNamespace { file, path })
@@ -102,9 +124,9 @@ pub struct UserNamespace {
 /// with `mknod` on its `/dev` could not be opened and are bind-mounted instead, and
 /// files on filesystems mounted inside it must be created with an id it maps.
 pub fn user_namespace(pid: i32) -> Option<UserNamespace> {
-    let ours = std::fs::metadata("/proc/self/ns/user").ok()?;
-    let theirs = std::fs::metadata(format!("/proc/{pid}/ns/user")).ok()?;
-    if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
+    let ours = namespace(None, "user").ok()?;
+    let theirs = namespace(Some(pid), "user").ok()?;
+    if (ours.device_id, ours.identifier) == (theirs.device_id, theirs.identifier) {
         return None;
     }
     let root = |file: &str| {
@@ -150,10 +172,31 @@ mod tests {
 
     #[test]
     fn reads_the_thread_count() {
-        let status = "Name:\tx\nUmask:\t0022\nThreads:\t3\nSigQ:\t0/1\n";
-        assert_eq!(threads_in(status), Some(3));
-        assert_eq!(threads_in("Name:\tx\n"), None);
         assert!(threads().is_some_and(|n| n >= 1));
+        let before = threads().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let extra = std::thread::spawn(move || rx.recv());
+        assert!(
+            threads().unwrap() > before.min(1),
+            "one more thread is counted"
+        );
+        tx.send(()).unwrap();
+        extra.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn namespaces_of_ourselves_and_of_a_missing_process() {
+        let ours = namespace(None, "mnt").unwrap();
+        let meta = std::fs::metadata("/proc/self/ns/mnt").unwrap();
+        assert_eq!((ours.device_id, ours.identifier), (meta.dev(), meta.ino()));
+        assert!(namespace(None, "no-such-kind").is_err());
+        assert_eq!(user_namespace(std::process::id() as i32), None);
+        let err = MountNamespace::open(i32::MAX).err().unwrap();
+        assert!(
+            err.to_string()
+                .contains(&format!("/proc/{}/ns/mnt", i32::MAX)),
+            "{err}"
+        );
     }
 
     #[test]

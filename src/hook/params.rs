@@ -14,11 +14,8 @@
 //! must be a regular file reached inside the rootfs with no symlink on the way (runc's
 //! procfs there, normally; at worst a file of the image's own).
 
-#![allow(unsafe_code)]
-
-use std::ffi::{CStr, c_uint};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -29,7 +26,7 @@ use nix::sys::stat::Mode;
 use crate::bundle::{self, Bundle, BundleError};
 use crate::discover::params::{PARAMS, disabled};
 
-use super::mounts;
+use super::{mounts, syscalls};
 
 /// The stage name (`nvidia-container-runtime-hook disable-device-node-modification`),
 /// NVIDIA's hook name.
@@ -159,9 +156,11 @@ pub fn cover(rootfs: BorrowedFd<'_>) -> Result<bool, ParamsError> {
 /// nowhere (it lives as long as the bind does).
 fn copy_tree(bytes: &[u8]) -> Result<OwnedFd, ParamsError> {
     let step = |step| move |source| ParamsError::Mount { step, source };
-    let context = fsopen(c"tmpfs").map_err(step("fsopen tmpfs"))?;
-    fsconfig_create(context.as_fd()).map_err(step("fsconfig"))?;
-    let mnt = fsmount(context.as_fd()).map_err(step("fsmount"))?;
+    let context = syscalls::fsopen(c"tmpfs").map_err(step("fsopen tmpfs"))?;
+    syscalls::fsconfig_create(context.as_fd()).map_err(step("fsconfig"))?;
+    let attrs =
+        syscalls::MOUNT_ATTR_NOSUID | syscalls::MOUNT_ATTR_NODEV | syscalls::MOUNT_ATTR_NOEXEC;
+    let mnt = syscalls::fsmount(context.as_fd(), attrs).map_err(step("fsmount"))?;
     let file = fcntl::openat(
         &mnt,
         "params",
@@ -175,62 +174,8 @@ fn copy_tree(bytes: &[u8]) -> Result<OwnedFd, ParamsError> {
             step: "write the copy",
             source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
         })?;
-    open_tree_at(mnt.as_fd(), c"params").map_err(step("open_tree"))
-}
-
-fn owned(ret: libc::c_long) -> Result<OwnedFd, Errno> {
-    if ret < 0 {
-        return Err(Errno::last());
-    }
-    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
-    // SAFETY: the kernel just returned this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn fsopen(fs: &CStr) -> Result<OwnedFd, Errno> {
-    const FSOPEN_CLOEXEC: c_uint = 1;
-    // SAFETY: fsopen(2) reads the NUL-terminated name, which outlives the call.
-    owned(unsafe { libc::syscall(libc::SYS_fsopen, fs.as_ptr(), FSOPEN_CLOEXEC) })
-}
-
-fn fsconfig_create(context: BorrowedFd<'_>) -> Result<(), Errno> {
-    const FSCONFIG_CMD_CREATE: c_uint = 6;
-    // SAFETY: fsconfig(2) with CMD_CREATE takes no key or value pointers (null, 0).
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            context.as_raw_fd(),
-            FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if ret < 0 { Err(Errno::last()) } else { Ok(()) }
-}
-
-fn fsmount(context: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
-    const FSMOUNT_CLOEXEC: c_uint = 1;
-    const MOUNT_ATTR_NOSUID: c_uint = 2;
-    const MOUNT_ATTR_NODEV: c_uint = 4;
-    const MOUNT_ATTR_NOEXEC: c_uint = 8;
-    let attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
-    // SAFETY: fsmount(2) reads only the fd and two integers.
-    owned(unsafe {
-        libc::syscall(
-            libc::SYS_fsmount,
-            context.as_raw_fd(),
-            FSMOUNT_CLOEXEC,
-            attrs,
-        )
-    })
-}
-
-fn open_tree_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
-    let flags: c_uint = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
-    // SAFETY: open_tree(2) reads the fd and the NUL-terminated name, which outlives
-    // the call.
-    owned(unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), name.as_ptr(), flags) })
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    syscalls::open_tree(mnt.as_fd(), c"params", flags).map_err(step("open_tree"))
 }
 
 #[cfg(test)]

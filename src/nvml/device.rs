@@ -129,8 +129,8 @@ impl<'a> Device<'a> {
         let (f, name) = self.nvml.function(&self.nvml.api.mig_by_index)?;
         let mut handle: RawDevice = std::ptr::null_mut();
         // SAFETY: `handle` is a valid out-pointer for an nvmlDevice_t.
-        self.nvml
-            .check(name, unsafe { f(self.handle, index, &mut handle) })?;
+        let ret = unsafe { f(self.handle, index, &mut handle) };
+        self.nvml.check(name, ret)?;
         Ok(self.sibling(handle))
     }
 
@@ -178,8 +178,8 @@ impl<'a> Device<'a> {
         let mut value = init;
         // SAFETY: `value` is a valid, initialised `T`, and `sym`'s type (nvml.h's signature,
         // transcribed and layout-checked in `ffi`) says the function writes one `T` there.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut value) })?;
+        let ret = unsafe { f(self.handle, &mut value) };
+        self.nvml.check(name, ret)?;
         Ok(value)
     }
 
@@ -192,8 +192,8 @@ impl<'a> Device<'a> {
         let (f, name) = self.nvml.function(sym)?;
         let (mut first, mut second) = (init, init);
         // SAFETY: both are valid out-pointers to the `T`s that `sym`'s type says it writes.
-        self.nvml
-            .check(name, unsafe { f(self.handle, &mut first, &mut second) })?;
+        let ret = unsafe { f(self.handle, &mut first, &mut second) };
+        self.nvml.check(name, ret)?;
         Ok((first, second))
     }
 

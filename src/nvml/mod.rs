@@ -118,7 +118,7 @@ unsafe fn resolve<F: Copy>(lib: &Library, names: &[&'static str]) -> Sym<F> {
 
 impl Api {
     fn resolve(lib: &Library) -> Api {
-        // SAFETY (every call): each field's type is the signature nvml.h declares for the
+        // SAFETY: (every call) each field's type is the signature nvml.h declares for the
         // names listed, transcribed in `ffi`; older names are listed only where the
         // signature is the same and the struct they fill is the same or, for
         // nvmlEventSetWait, a prefix of the newer one's.

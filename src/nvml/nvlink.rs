@@ -25,8 +25,8 @@ impl Device<'_> {
         let (f, name) = self.nvml.function(&self.nvml.api.nvlink_state)?;
         let mut state: c_uint = 0;
         // SAFETY: `state` is a valid out-pointer for the int-sized nvmlEnableState_t.
-        self.nvml
-            .check(name, unsafe { f(self.handle, link, &mut state) })?;
+        let ret = unsafe { f(self.handle, link, &mut state) };
+        self.nvml.check(name, ret)?;
         Ok(state == FEATURE_ENABLED)
     }
 
@@ -37,8 +37,8 @@ impl Device<'_> {
         let mut raw = ffi::PciInfo::default();
         // SAFETY: `raw` is a valid nvmlPciInfo_t in the `_v2` layout the function fills
         // (layout-checked in `ffi`).
-        self.nvml
-            .check(name, unsafe { f(self.handle, link, &mut raw) })?;
+        let ret = unsafe { f(self.handle, link, &mut raw) };
+        self.nvml.check(name, ret)?;
         Ok(PciInfo::from_raw(&raw))
     }
 }

@@ -84,8 +84,8 @@ impl Device<'_> {
         let mut value: c_uint = 0;
         // SAFETY: `value` is a valid out-pointer for the unsigned int the function writes;
         // `which` is one of the enum's defined values (an int-sized C enum).
-        self.nvml
-            .check(name, unsafe { f(self.handle, which, &mut value) })?;
+        let ret = unsafe { f(self.handle, which, &mut value) };
+        self.nvml.check(name, ret)?;
         Ok(value)
     }
 }

@@ -12,4 +12,5 @@ mod common;
 mod cgroup2;
 mod engines;
 mod prestart;
+mod privileges;
 mod security;

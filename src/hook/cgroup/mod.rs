@@ -4,7 +4,7 @@
 //! this; a prestart hook comes after runc applied the spec's rules, so it adds its own
 //! out of band, as NVIDIA's legacy hook does. The container's cgroup comes from
 //! `/proc/<pid>/cgroup` and the hierarchies' mount points from `/proc/self/mountinfo`
-//! (both on the host side, before `setns`):
+//! (both on the host side, before `setns`, both parsed by the `procfs` crate):
 //! - v1 (`devices` controller): a `c <major>:<minor> rwm` line per device in
 //!   `devices.allow` ([`v1`]);
 //! - v2 (the unified hierarchy, pure or hybrid): each attached
@@ -26,6 +26,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use procfs::FromRead;
+use procfs::process::{MountInfo, Process};
+use procfs::{ProcessCGroup, ProcessCGroups};
 
 /// A character device to grant `rwm` access to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,7 +49,7 @@ pub enum CgroupError {
     Read {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: procfs::ProcError,
     },
     #[error("cannot open {path}: {source}")]
     Open {
@@ -100,26 +103,12 @@ pub struct Granted {
     pub v2: Option<(PathBuf, v2::Replaced)>,
 }
 
-/// One line of `/proc/<pid>/cgroup`: `id:controllers:path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcCgroup<'a> {
-    pub id: &'a str,
-    pub controllers: Vec<&'a str>,
-    pub path: &'a str,
-}
-
-/// Parses `/proc/<pid>/cgroup`; malformed lines are skipped.
-pub fn parse_proc_cgroup(text: &str) -> Vec<ProcCgroup<'_>> {
+/// Parses `/proc/<pid>/cgroup` (`id:controllers:path` lines, procfs's parser);
+/// malformed lines are skipped.
+pub fn parse_proc_cgroup(text: &str) -> Vec<ProcessCGroup> {
     text.lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            Some(ProcCgroup {
-                id,
-                controllers: controllers.split(',').filter(|c| !c.is_empty()).collect(),
-                path,
-            })
-        })
+        .filter_map(|line| ProcessCGroups::from_read(line.as_bytes()).ok())
+        .flat_map(|parsed| parsed.0)
         .collect()
 }
 
@@ -136,29 +125,38 @@ pub struct CgroupMount {
     pub options: Vec<String>,
 }
 
-/// The cgroup and cgroup2 mounts in a `mountinfo` text.
+/// The cgroup and cgroup2 mounts in a `mountinfo` text (procfs's parser); malformed
+/// lines are skipped.
 pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
     text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let dash = fields.iter().position(|f| *f == "-")?;
-            let fstype = *fields.get(dash + 1)?;
-            let v2 = match fstype {
-                "cgroup2" => true,
-                "cgroup" => false,
-                _ => return None,
-            };
-            Some(CgroupMount {
-                root: unescape(fields.get(3)?),
-                mount_point: PathBuf::from(unescape(fields.get(4)?)),
-                v2,
-                options: fields
-                    .get(dash + 3)
-                    .map(|o| o.split(',').map(String::from).collect())
-                    .unwrap_or_default(),
-            })
-        })
+        .filter_map(|line| MountInfo::from_line(line).ok())
+        .filter_map(|mount| cgroup_mount(&mount))
         .collect()
+}
+
+/// A mount as [`CgroupMount`], if it is a cgroup or cgroup2 filesystem.
+fn cgroup_mount(mount: &MountInfo) -> Option<CgroupMount> {
+    let v2 = match mount.fs_type.as_str() {
+        "cgroup2" => true,
+        "cgroup" => false,
+        _ => return None,
+    };
+    let mut options: Vec<String> = mount
+        .super_options
+        .iter()
+        .map(|(key, value)| match value {
+            Some(value) => format!("{key}={value}"),
+            None => key.clone(),
+        })
+        .collect();
+    options.sort();
+    Some(CgroupMount {
+        root: unescape(&mount.root),
+        // procfs leaves mountinfo's escapes in place.
+        mount_point: PathBuf::from(unescape(&mount.mount_point.to_string_lossy())),
+        v2,
+        options,
+    })
 }
 
 /// Undoes mountinfo's octal escapes of space, tab, newline and backslash.
@@ -194,13 +192,21 @@ fn dir_in(mount: &CgroupMount, path: &str, what: &'static str) -> Result<PathBuf
     Ok(mount.mount_point.join(rel))
 }
 
-/// The devices cgroup directories of a process: v1 and v2, as far as each exists.
+/// The devices cgroup directories of a process, from the texts of its
+/// `/proc/<pid>/cgroup` and of a `mountinfo`: see [`locate_in`].
 pub fn locate(
     proc_cgroup: &str,
     mountinfo: &str,
 ) -> Result<(Option<PathBuf>, Option<PathBuf>), CgroupError> {
-    let lines = parse_proc_cgroup(proc_cgroup);
-    let mounts = parse_mountinfo(mountinfo);
+    locate_in(&parse_proc_cgroup(proc_cgroup), &parse_mountinfo(mountinfo))
+}
+
+/// The devices cgroup directories of a process with cgroups `lines`: v1 and v2, as far
+/// as each exists among `mounts`.
+pub fn locate_in(
+    lines: &[ProcessCGroup],
+    mounts: &[CgroupMount],
+) -> Result<(Option<PathBuf>, Option<PathBuf>), CgroupError> {
     // Prefer a mount that shows the whole hierarchy.
     let pick = |want: &dyn Fn(&CgroupMount) -> bool| {
         let mut found: Vec<&CgroupMount> = mounts.iter().filter(|m| want(m)).collect();
@@ -208,19 +214,21 @@ pub fn locate(
         found.first().copied()
     };
     let v1 = match (
-        lines.iter().find(|l| l.controllers.contains(&"devices")),
+        lines
+            .iter()
+            .find(|l| l.controllers.iter().any(|c| c == "devices")),
         pick(&|m: &CgroupMount| !m.v2 && m.options.iter().any(|o| o == "devices")),
     ) {
-        (Some(line), Some(mount)) => Some(dir_in(mount, line.path, "v1 devices")?),
+        (Some(line), Some(mount)) => Some(dir_in(mount, &line.pathname, "v1 devices")?),
         _ => None,
     };
     let v2 = match (
         lines
             .iter()
-            .find(|l| l.id == "0" && l.controllers.is_empty()),
+            .find(|l| l.hierarchy == 0 && l.controllers.is_empty()),
         pick(&|m: &CgroupMount| m.v2),
     ) {
-        (Some(line), Some(mount)) => Some(dir_in(mount, line.path, "cgroup2")?),
+        (Some(line), Some(mount)) => Some(dir_in(mount, &line.pathname, "cgroup2")?),
         _ => None,
     };
     Ok((v1, v2))
@@ -228,12 +236,22 @@ pub fn locate(
 
 /// Grants the container whose init is `pid` `rwm` access to `devices`.
 pub fn grant(pid: i32, devices: &[CharDevice]) -> Result<Granted, CgroupError> {
-    let read = |path: PathBuf| {
-        std::fs::read_to_string(&path).map_err(|source| CgroupError::Read { path, source })
+    let failed = |path: String| {
+        move |source| CgroupError::Read {
+            path: PathBuf::from(path),
+            source,
+        }
     };
-    let proc_cgroup = read(PathBuf::from(format!("/proc/{pid}/cgroup")))?;
-    let mountinfo = read(PathBuf::from("/proc/self/mountinfo"))?;
-    let (v1_dir, v2_dir) = locate(&proc_cgroup, &mountinfo)?;
+    let cgroups = Process::new(pid)
+        .and_then(|p| p.cgroups())
+        .map_err(failed(format!("/proc/{pid}/cgroup")))?;
+    let mounts: Vec<CgroupMount> = Process::myself()
+        .and_then(|p| p.mountinfo())
+        .map_err(failed("/proc/self/mountinfo".to_owned()))?
+        .iter()
+        .filter_map(cgroup_mount)
+        .collect();
+    let (v1_dir, v2_dir) = locate_in(&cgroups.0, &mounts)?;
     let mut granted = Granted::default();
     if let Some(dir) = v1_dir {
         v1::grant(&dir, devices)?;

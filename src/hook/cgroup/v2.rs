@@ -12,10 +12,7 @@
 //! The `bpf_attr` layouts below are the prefixes of the kernel's union that each
 //! command reads; the kernel zero-fills the rest.
 
-#![allow(unsafe_code)]
-
-use std::ffi::{c_int, c_long};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -24,13 +21,7 @@ use nix::sys::stat::Mode;
 
 use super::program::{self, Insn};
 use super::{CgroupError, CharDevice};
-
-const BPF_PROG_LOAD: c_int = 5;
-const BPF_PROG_ATTACH: c_int = 8;
-const BPF_PROG_DETACH: c_int = 9;
-const BPF_PROG_GET_FD_BY_ID: c_int = 13;
-const BPF_OBJ_GET_INFO_BY_FD: c_int = 15;
-const BPF_PROG_QUERY: c_int = 16;
+use crate::hook::syscalls;
 
 const BPF_PROG_TYPE_CGROUP_DEVICE: u32 = 15;
 const BPF_CGROUP_DEVICE: u32 = 6;
@@ -44,101 +35,6 @@ const MAX_PROGS: usize = 64;
 const PROG_NAME: &[u8] = b"nvshim_devices";
 /// The verifier's log on a rejected load.
 const LOG_SIZE: usize = 1 << 20;
-
-#[repr(C)]
-#[derive(Default)]
-struct QueryAttr {
-    target_fd: u32,
-    attach_type: u32,
-    query_flags: u32,
-    attach_flags: u32,
-    prog_ids: u64,
-    prog_cnt: u32,
-    _pad: u32,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct GetFdAttr {
-    prog_id: u32,
-    next_id: u32,
-    open_flags: u32,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct InfoAttr {
-    bpf_fd: u32,
-    info_len: u32,
-    info: u64,
-}
-
-/// The head of `struct bpf_prog_info`.
-#[repr(C)]
-#[derive(Default)]
-struct ProgInfo {
-    prog_type: u32,
-    id: u32,
-    tag: [u8; 8],
-    jited_prog_len: u32,
-    xlated_prog_len: u32,
-    jited_prog_insns: u64,
-    xlated_prog_insns: u64,
-    load_time: u64,
-    created_by_uid: u32,
-    nr_map_ids: u32,
-    map_ids: u64,
-    name: [u8; 16],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct LoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct AttachAttr {
-    target_fd: u32,
-    attach_bpf_fd: u32,
-    attach_type: u32,
-    attach_flags: u32,
-    replace_bpf_fd: u32,
-    _pad: u32,
-}
-
-/// `bpf(cmd, attr, sizeof attr)`.
-fn bpf<T>(cmd: c_int, attr: &mut T) -> Result<c_long, Errno> {
-    let size = u32::try_from(size_of::<T>()).map_err(|_| Errno::E2BIG)?;
-    // SAFETY: `attr` is a live, exclusively borrowed #[repr(C)] struct laid out as the
-    // prefix of `union bpf_attr` that `cmd` reads, and `size` is its exact size; any
-    // pointers inside it point at buffers the caller keeps alive (and large enough,
-    // with their lengths in the same struct) until this call returns.
-    let ret = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, size) };
-    if ret < 0 { Err(Errno::last()) } else { Ok(ret) }
-}
-
-fn fd_u32(fd: BorrowedFd<'_>) -> u32 {
-    u32::try_from(fd.as_raw_fd()).unwrap_or(u32::MAX)
-}
-
-fn owned(ret: c_long) -> Result<OwnedFd, Errno> {
-    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
-    // SAFETY: the kernel just returned this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
 
 /// A device program attached to a cgroup, read back.
 #[derive(Debug)]
@@ -173,46 +69,20 @@ pub fn open_cgroup(dir: &Path) -> Result<OwnedFd, CgroupError> {
 /// `cgroup`.
 pub fn query(cgroup: BorrowedFd<'_>) -> Result<(u32, Vec<u32>), Errno> {
     let mut ids = vec![0u32; MAX_PROGS];
-    let mut attr = QueryAttr {
-        target_fd: fd_u32(cgroup),
-        attach_type: BPF_CGROUP_DEVICE,
-        prog_ids: ids.as_mut_ptr() as u64,
-        prog_cnt: u32::try_from(ids.len()).unwrap_or(0),
-        ..QueryAttr::default()
-    };
-    bpf(BPF_PROG_QUERY, &mut attr)?;
-    ids.truncate(usize::try_from(attr.prog_cnt).unwrap_or(0).min(MAX_PROGS));
-    Ok((attr.attach_flags, ids))
-}
-
-fn info(prog: BorrowedFd<'_>, info: &mut ProgInfo) -> Result<(), Errno> {
-    let mut attr = InfoAttr {
-        bpf_fd: fd_u32(prog),
-        info_len: u32::try_from(size_of::<ProgInfo>()).unwrap_or(0),
-        info: info as *mut ProgInfo as u64,
-    };
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(drop)
+    let (flags, count) = syscalls::prog_query(cgroup, BPF_CGROUP_DEVICE, &mut ids)?;
+    ids.truncate(count);
+    Ok((flags, ids))
 }
 
 /// Opens program `id` and reads its instructions back.
 pub fn read(id: u32) -> Result<Attached, Errno> {
-    let mut attr = GetFdAttr {
-        prog_id: id,
-        ..GetFdAttr::default()
-    };
-    let fd = owned(bpf(BPF_PROG_GET_FD_BY_ID, &mut attr)?)?;
-    let mut head = ProgInfo::default();
-    info(fd.as_fd(), &mut head)?;
+    let fd = syscalls::prog_get_fd_by_id(id)?;
+    let head = syscalls::prog_info(fd.as_fd(), &mut [])?;
     if head.prog_type != BPF_PROG_TYPE_CGROUP_DEVICE {
         return Err(Errno::EINVAL);
     }
     let mut bytes = vec![0u8; usize::try_from(head.xlated_prog_len).unwrap_or(0)];
-    let mut full = ProgInfo {
-        xlated_prog_len: head.xlated_prog_len,
-        xlated_prog_insns: bytes.as_mut_ptr() as u64,
-        ..ProgInfo::default()
-    };
-    info(fd.as_fd(), &mut full)?;
+    let full = syscalls::prog_info(fd.as_fd(), &mut bytes)?;
     bytes.truncate(usize::try_from(full.xlated_prog_len).unwrap_or(0));
     let insns = program::from_bytes(&bytes).map_err(|_| Errno::EINVAL)?;
     Ok(Attached { id, fd, insns })
@@ -220,9 +90,7 @@ pub fn read(id: u32) -> Result<Attached, Errno> {
 
 /// The id of a loaded program.
 pub fn id_of(prog: BorrowedFd<'_>) -> Result<u32, Errno> {
-    let mut head = ProgInfo::default();
-    info(prog, &mut head)?;
-    Ok(head.id)
+    Ok(syscalls::prog_info(prog, &mut [])?.id)
 }
 
 /// Loads a device program. On rejection the error carries the verifier's log.
@@ -230,21 +98,14 @@ pub fn load(insns: &[Insn]) -> Result<OwnedFd, (Errno, String)> {
     let bytes = program::to_bytes(insns);
     let mut name = [0u8; 16];
     name[..PROG_NAME.len()].copy_from_slice(PROG_NAME);
-    let attempt = |log: Option<&mut Vec<u8>>| {
-        let mut attr = LoadAttr {
-            prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
-            insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
-            insns: bytes.as_ptr() as u64,
-            license: c"Apache-2.0".as_ptr() as u64,
-            prog_name: name,
-            ..LoadAttr::default()
-        };
-        if let Some(buf) = log {
-            attr.log_level = 1;
-            attr.log_size = u32::try_from(buf.len()).unwrap_or(0);
-            attr.log_buf = buf.as_mut_ptr() as u64;
-        }
-        bpf(BPF_PROG_LOAD, &mut attr).and_then(owned)
+    let attempt = |log: Option<&mut [u8]>| {
+        syscalls::prog_load(
+            BPF_PROG_TYPE_CGROUP_DEVICE,
+            &bytes,
+            c"Apache-2.0",
+            name,
+            log,
+        )
     };
     match attempt(None) {
         Ok(fd) => Ok(fd),
@@ -268,26 +129,12 @@ fn attach_raw(
     flags: u32,
     replace: Option<BorrowedFd<'_>>,
 ) -> Result<(), Errno> {
-    let mut attr = AttachAttr {
-        target_fd: fd_u32(cgroup),
-        attach_bpf_fd: fd_u32(prog),
-        attach_type: BPF_CGROUP_DEVICE,
-        attach_flags: flags,
-        replace_bpf_fd: replace.map_or(0, fd_u32),
-        _pad: 0,
-    };
-    bpf(BPF_PROG_ATTACH, &mut attr).map(drop)
+    syscalls::prog_attach(cgroup, prog, BPF_CGROUP_DEVICE, flags, replace)
 }
 
 /// Detaches `prog` from `cgroup`.
 pub fn detach(cgroup: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> Result<(), Errno> {
-    let mut attr = AttachAttr {
-        target_fd: fd_u32(cgroup),
-        attach_bpf_fd: fd_u32(prog),
-        attach_type: BPF_CGROUP_DEVICE,
-        ..AttachAttr::default()
-    };
-    bpf(BPF_PROG_DETACH, &mut attr).map(drop)
+    syscalls::prog_detach(cgroup, prog, BPF_CGROUP_DEVICE)
 }
 
 /// Loads `insns` and attaches them to the cgroup `dir` with `BPF_F_ALLOW_MULTI`, next
