@@ -14,7 +14,10 @@ mod plugin_checks;
 /// The repository's root (this crate is `crates/device-plugin`).
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-const TARGETS: &[(&str, fn(&[u8]))] = &[("http2_inbound", plugin_checks::http2_inbound)];
+/// A check: panics if the parser fails it on these bytes.
+type Check = fn(&[u8]);
+
+const TARGETS: &[(&str, Check)] = &[("http2_inbound", plugin_checks::http2_inbound)];
 
 fn inputs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(dir) else {
