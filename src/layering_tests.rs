@@ -37,3 +37,34 @@ fn no_module_circles() {
         "modules that use each other in a circle: {cycles:#?}"
     );
 }
+
+/// STYLE: no source file over 600 lines, anywhere in the repository's Rust.
+#[test]
+fn no_source_file_over_600_lines() {
+    fn walk(dir: &Path, out: &mut Vec<(String, usize)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let name = entry.file_name();
+            if name == "target" || name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let lines = std::fs::read_to_string(&path).map_or(0, |t| t.lines().count());
+                out.push((path.display().to_string(), lines));
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "tests", "benches", "fuzz/src", "fuzz/fuzz_targets"] {
+        walk(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "the walk sees the sources: {}", files.len());
+    let long: Vec<_> = files.iter().filter(|(_, n)| *n > 600).collect();
+    assert!(long.is_empty(), "files over 600 lines: {long:#?}");
+}
