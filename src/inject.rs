@@ -13,11 +13,11 @@ use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 
 use crate::cdi::{ContainerEdits, DeviceNode, Hook, Mount};
+use crate::hook_contract::{HOOK_BINARY, TOOLKIT_HOOK_BINARY};
 
 /// Basenames of the prestart hook dockerd adds for `--gpus` (and NVIDIA's alias).
 /// Our runtime injects through the spec, so that hook would do the work twice.
-pub const LEGACY_HOOK_NAMES: [&str; 2] =
-    ["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
+pub const LEGACY_HOOK_NAMES: [&str; 2] = [HOOK_BINARY, TOOLKIT_HOOK_BINARY];
 
 /// Set on specs our runtime edited, so a prestart hook that still runs (for example
 /// one a hooks.d directory adds) knows the GPUs are already there.
@@ -155,6 +155,33 @@ pub fn remove_legacy_hooks(spec: &mut Value) -> usize {
     let before = prestart.len();
     prestart.retain(|hook| !is_legacy_hook(hook));
     before - prestart.len()
+}
+
+/// Marks `spec` as edited by our runtime ([`INJECTED_ANNOTATION`], the request's
+/// devices as its value), creating `annotations` if needed.
+pub fn mark(spec: &mut Value, devices: &str) -> Result<(), InjectError> {
+    let root = spec.as_object_mut().ok_or(InjectError::NotAnObject)?;
+    let annotations = root
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if annotations.is_null() {
+        *annotations = Value::Object(Map::new());
+    }
+    let map = annotations.as_object_mut().ok_or(InjectError::Shape {
+        pointer: "/annotations".into(),
+        expected: "an object",
+        found: "not an object",
+    })?;
+    map.insert(INJECTED_ANNOTATION.into(), Value::String(devices.into()));
+    Ok(())
+}
+
+/// Whether `spec` carries the mark [`mark`] sets (a string annotation).
+pub fn is_marked(spec: &Value) -> bool {
+    spec.get("annotations")
+        .and_then(Value::as_object)
+        .and_then(|annotations| annotations.get(INJECTED_ANNOTATION))
+        .is_some_and(Value::is_string)
 }
 
 /// Whether `spec` has a hook that [`remove_legacy_hooks`] would remove.
@@ -497,5 +524,33 @@ mod tests {
             let mut s = spec;
             let _ = remove_legacy_hooks(&mut s);
         }
+    }
+
+    #[test]
+    fn the_mark_is_written_and_read_here() {
+        let mut spec = json!({"ociVersion": "1.0.2", "annotations": null});
+        assert!(!is_marked(&spec));
+        mark(&mut spec, "all").unwrap();
+        assert!(is_marked(&spec));
+        assert_eq!(spec["annotations"][INJECTED_ANNOTATION], "all");
+        let mut spec = json!({"annotations": {"a": "b"}});
+        mark(&mut spec, "0,1").unwrap();
+        assert_eq!(
+            spec["annotations"],
+            json!({"a": "b", INJECTED_ANNOTATION: "0,1"})
+        );
+        // Only a string counts, as the tolerant views read annotations.
+        assert!(!is_marked(
+            &json!({"annotations": {INJECTED_ANNOTATION: 1}})
+        ));
+        assert_eq!(
+            mark(&mut json!({"annotations": []}), "all"),
+            Err(InjectError::Shape {
+                pointer: "/annotations".into(),
+                expected: "an object",
+                found: "not an object",
+            })
+        );
+        assert_eq!(mark(&mut json!([]), "all"), Err(InjectError::NotAnObject));
     }
 }

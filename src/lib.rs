@@ -16,8 +16,14 @@
 //! select                             request × inventory → Selection
 //! discover                           Selection + capabilities → HostResources (files, nodes)
 //! edits                              HostResources → ContainerEdits (pure, stable order)
+//! hook_contract                      the hook binaries, stages and arguments: one spelling for
+//!                                    the edit builders that write hooks and the hook that reads
 //! inject                             ContainerEdits → an OCI spec (JSON), the only spec writer
+//!                                    (the "already injected" mark included)
 //! pipeline                           plan(): the one path through all of the above
+//! container                          spec + config → Prepared { request, plan }, or no GPU, or
+//!                                    "needs NVML" (decided before planning): the front half
+//!                                    the runtime and the hook share
 //! runtime                            the runc shim: argv, create, low-level runtime, exec
 //! hook                               the prestart hook docker's --gpus adds, and the
 //!                                    createContainer hook of our CDI specs (link-driver)
@@ -47,10 +53,14 @@ pub mod discover;
 
 pub mod edits;
 
+pub mod hook_contract;
+
 pub mod inject;
 pub mod rootfs;
 
 pub mod pipeline;
+
+pub mod container;
 
 pub mod runtime;
 
