@@ -237,3 +237,6 @@ pub fn inputs(doc: &SpecDoc) -> ContainerInputs {
         privileged: doc.is_privileged(),
     }
 }
+
+#[cfg(test)]
+mod tests;
