@@ -22,7 +22,9 @@ use std::str::FromStr;
 
 use crate::cdi::{self, ContainerEdits, Device, Hook, NVIDIA_GPU_KIND, Spec};
 use crate::discover::SymlinkEdit;
-use crate::hook_contract::{self, ArgError, DISABLE_DEVICE_NODE_MODIFICATION, LINK_DRIVER};
+use crate::hook_contract::{
+    self, ArgError, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER,
+};
 use crate::inventory::{Backend, Inventory};
 use crate::ldcache::Entry;
 use crate::pipeline::{self, Context, PipelineError, Plan};
@@ -96,7 +98,7 @@ impl Default for Options {
             kind: NVIDIA_GPU_KIND.to_owned(),
             strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
             all_device: true,
-            hook_path: "/usr/bin/nvidia-container-runtime-hook".to_owned(),
+            hook_path: format!("/usr/bin/{HOOK_BINARY}"),
             capabilities: DriverCapabilities::all(),
             cover_params: true,
             only: None,
