@@ -6,8 +6,9 @@
 //! `containerEdits`; each GPU's and MIG device's plan, minus those, becomes its
 //! device. The driver's symlinks and linker cache entries, which the runtime writes
 //! into the rootfs itself, become one `createContainer` hook running
-//! `nvidia-container-runtime-hook link-driver` (or `nvshim hook link-driver`; see
-//! `hook::link`), since CDI consumers only apply nodes, mounts, env and hooks.
+//! `nvidia-container-runtime-hook link-driver` (or `nvshim hook link-driver`; the names
+//! and arguments are `hook_contract`'s), since CDI consumers only apply nodes, mounts,
+//! env and hooks.
 //!
 //! Every device also sets `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's specs do: a
 //! container given GPUs by CDI must not be injected a second time by a runtime or
@@ -21,7 +22,9 @@ use std::str::FromStr;
 
 use crate::cdi::{self, ContainerEdits, Device, Hook, NVIDIA_GPU_KIND, Spec};
 use crate::discover::SymlinkEdit;
-use crate::hook::link;
+use crate::hook_contract::{
+    self, ArgError, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER,
+};
 use crate::inventory::{Backend, Inventory};
 use crate::ldcache::Entry;
 use crate::pipeline::{self, Context, PipelineError, Plan};
@@ -95,7 +98,7 @@ impl Default for Options {
             kind: NVIDIA_GPU_KIND.to_owned(),
             strategies: vec![NameStrategy::Index, NameStrategy::Uuid],
             all_device: true,
-            hook_path: "/usr/bin/nvidia-container-runtime-hook".to_owned(),
+            hook_path: format!("/usr/bin/{HOOK_BINARY}"),
             capabilities: DriverCapabilities::all(),
             cover_params: true,
             only: None,
@@ -125,7 +128,7 @@ pub enum GenerateError {
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
-    Hook(#[from] link::LinkError),
+    Hook(#[from] ArgError),
     #[error("the generated spec is not valid CDI: {0}")]
     Invalid(#[from] cdi::SpecError),
 }
@@ -167,9 +170,11 @@ pub fn generate_on(
         .hooks
         .extend(hook(options, &common.symlinks, &common.ldcache)?);
     if common.modify_device_files && options.cover_params {
-        shared
-            .hooks
-            .push(stage_hook(options, pipeline::PARAMS_HOOK));
+        shared.hooks.push(stage_hook(
+            options,
+            DISABLE_DEVICE_NODE_MODIFICATION,
+            Vec::new(),
+        ));
     }
 
     let mut devices = Vec::new();
@@ -336,30 +341,12 @@ fn hook(
     }
     // `nvshim hook link-driver …`, or `nvidia-container-runtime-hook link-driver …`
     // (the static binary packages install: no loader, so no preload can reach it).
-    let mut hook = stage_hook(options, link::SUBCOMMAND);
-    hook.args.extend(link::encode(links, entries)?);
-    Ok(Some(hook))
+    let args = hook_contract::encode_link_driver(links, entries)?;
+    Ok(Some(stage_hook(options, LINK_DRIVER, args)))
 }
 
 /// A `createContainer` hook running `stage` of the hook binary: `nvshim hook <stage>`
 /// or `nvidia-container-runtime-hook <stage>`.
-fn stage_hook(options: &Options, stage: &str) -> Hook {
-    let name = options
-        .hook_path
-        .rsplit('/')
-        .next()
-        .unwrap_or(&options.hook_path)
-        .to_owned();
-    let args = if name == "nvshim" {
-        vec![name, "hook".to_owned(), stage.to_owned()]
-    } else {
-        vec![name, stage.to_owned()]
-    };
-    Hook {
-        hook_name: "createContainer".to_owned(),
-        path: options.hook_path.clone(),
-        args,
-        env: vec![cdi::HOOK_ENV.to_owned()],
-        timeout: None,
-    }
+fn stage_hook(options: &Options, stage: &str, args: Vec<String>) -> Hook {
+    hook_contract::stage_hook(std::path::Path::new(&options.hook_path), stage, args)
 }

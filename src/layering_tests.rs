@@ -61,10 +61,21 @@ fn no_source_file_over_600_lines() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in ["src", "crates", "tests", "benches", "fuzz/src", "fuzz/fuzz_targets"] {
+    for dir in [
+        "src",
+        "crates",
+        "tests",
+        "benches",
+        "fuzz/src",
+        "fuzz/fuzz_targets",
+    ] {
         walk(&root.join(dir), &mut files);
     }
-    assert!(files.len() > 100, "the walk sees the sources: {}", files.len());
+    assert!(
+        files.len() > 100,
+        "the walk sees the sources: {}",
+        files.len()
+    );
     let long: Vec<_> = files.iter().filter(|(_, n)| *n > 600).collect();
     assert!(long.is_empty(), "files over 600 lines: {long:#?}");
 }

@@ -19,13 +19,19 @@
 //! inventory                     GPUs + MIG devices + driver version (procfs or NVML)
 //! select                        request × inventory → Selection
 //! discover                      Selection + capabilities → HostResources (files, nodes)
+//! hook_contract                 the hook binaries, stages and arguments: one spelling for
+//!                               the edit builders that write hooks and the hook that reads
 //! edits                         HostResources → ContainerEdits (pure, stable order)
-//! inject, rootfs                ContainerEdits → an OCI spec (JSON), the only spec writer;
-//!                               safe paths inside a container's root
-//! pipeline                      plan(): the one path through all of the above
-//! runtime                       the runc shim: argv, create, low-level runtime, exec
-//! generate, hook                plans → a CDI spec for this host; the prestart hook and
-//!                               the createContainer hooks of our CDI specs
+//! inject, rootfs                ContainerEdits → an OCI spec (JSON), the only spec writer
+//!                               (the "already injected" mark included); safe paths
+//!                               inside a container's root
+//! pipeline                      stage() + finish(): the one path through all of the above
+//! container                     spec + config → Prepared { request, plan }, or no GPU, or
+//!                               "needs NVML" (decided before planning): the front half
+//!                               the runtime and the hook share
+//! generate, hook, runtime       the front ends, none using another: plans → a CDI spec for
+//!                               this host; the prestart hook and the createContainer hooks
+//!                               of our CDI specs; the runc shim (argv, create, exec)
 //! cli                           the admin CLI `nvshim`, on top of everything
 //! ```
 //!
@@ -54,6 +60,8 @@ pub mod select;
 
 pub mod discover;
 
+pub mod hook_contract;
+
 pub mod edits;
 
 pub mod inject;
@@ -61,10 +69,11 @@ pub mod rootfs;
 
 pub mod pipeline;
 
-pub mod runtime;
+pub mod container;
 
 pub mod generate;
 pub mod hook;
+pub mod runtime;
 
 pub mod cli;
 

@@ -1,23 +1,24 @@
 //! `plan()`: the one path from a request to container edits, shared by the runtime,
-//! the prestart hook and `nvshim list`.
+//! the prestart hook (both through `container`), `nvshim list` and `cdi generate`.
 //!
-//! inventory → select → discover → edits. The only policy decisions live here:
-//! which backend `auto` means for this request, and which missing host files are
-//! fatal. A `void` request touches nothing on the host at all.
+//! inventory → select → discover → edits, in two halves: [`stage`] splits the request
+//! between CDI spec files and the host and loads what it can without NVML, so that
+//! whether NVML is needed is known ([`Staged::needs_nvml`]) before anything is planned;
+//! [`finish`] does the rest. The only policy decisions live here: which backend `auto`
+//! means for this request, and which missing host files are fatal. A `void` request
+//! touches nothing on the host at all.
 
 use std::fs;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::bundle::SpecDoc;
 use crate::cdi::{self, ContainerEdits};
-use crate::config::{Config, ConfigError, Mode};
 use crate::discover::{self, HostResources, Missing, SymlinkEdit, Want};
 use crate::edits;
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
 use crate::ldcache;
-use crate::request::{ContainerInputs, DeviceId, DeviceList, InputMount, Request, RequestPolicy};
+use crate::request::{DeviceId, DeviceList, Request};
 use crate::roots::Roots;
 use crate::select::{self, Facts, GpuFacts, Selection};
 
@@ -59,11 +60,11 @@ pub enum NvmlAccess {
     /// dlopen NVML here when the request needs it.
     #[default]
     InProcess,
-    /// Never load NVML here: a request that needs it fails with
-    /// [`PipelineError::NeedsNvml`] before anything is written, and the caller hands
-    /// it to a process that may. The runtime is a static binary for start-up speed,
-    /// and a static glibc program must not dlopen a library linked against the
-    /// host's shared glibc.
+    /// Never load NVML here. The front ends ask [`Staged::needs_nvml`] first and hand
+    /// such a request to a process that may (see `container`); [`finish`] refuses one
+    /// with [`PipelineError::NeedsNvml`] all the same. The runtime and the hook are
+    /// static binaries for start-up speed, and a static glibc program must not dlopen a
+    /// library linked against the host's shared glibc.
     Elsewhere,
 }
 
@@ -114,33 +115,131 @@ pub enum PipelineError {
     },
 }
 
-/// Plans `request` on the host described by `ctx`.
+/// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].
 pub fn plan(ctx: &Context, request: &Request) -> Result<Plan, PipelineError> {
+    let staged = stage(ctx, request)?;
+    finish(ctx, staged)
+}
+
+/// The first half of planning: the request split between CDI spec files and the host,
+/// the spec files' edits resolved, and the inventory loaded where procfs can give it.
+/// [`Staged::needs_nvml`] then says, before NVML is touched, whether the rest does.
+#[derive(Debug)]
+pub struct Staged {
+    request: Request,
+    /// The edits and names of the devices spec files define.
+    files: Option<(ContainerEdits, Vec<String>)>,
+    /// The part of the request planned from this host (`None`: all of it), and its
+    /// inventory.
+    host: Option<(Option<Request>, Inventorying)>,
+}
+
+impl Staged {
+    /// Why the rest of the plan needs NVML, if it does: a process that may not load it
+    /// hands the request on instead of calling [`finish`].
+    pub fn needs_nvml(&self) -> Option<&'static str> {
+        match &self.host {
+            Some((_, Inventorying::Nvml { reason })) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Where a request's inventory comes from, decided before NVML is loaded.
+#[derive(Debug)]
+pub enum Inventorying {
+    /// Loaded already (from procfs, or given).
+    Loaded(Backend, Inventory),
+    /// Only NVML can give it, for `reason`.
+    Nvml { reason: &'static str },
+}
+
+/// Splits `request` and loads what it needs short of NVML (see [`Staged`]). A `void`
+/// request touches nothing on the host.
+pub fn stage(ctx: &Context, request: &Request) -> Result<Staged, PipelineError> {
+    let mut staged = Staged {
+        request: request.clone(),
+        files: None,
+        host: None,
+    };
     if request.devices == DeviceList::Void {
-        return Ok(Plan {
-            request: request.clone(),
-            backend: None,
-            driver: None,
-            selection: Selection::default(),
-            edits: ContainerEdits::default(),
-            ldcache: Vec::new(),
-            symlinks: Vec::new(),
-            missing: Vec::new(),
-            modify_device_files: false,
-            cdi_devices: Vec::new(),
-        });
+        return Ok(staged);
     }
-    if let Some(planned) = plan_from_spec_files(ctx, request)? {
-        return Ok(planned);
+    let rest = match from_spec_files(ctx, request)? {
+        None => None,
+        Some(FromFiles { edits, names, rest }) => {
+            staged.files = Some((edits, names));
+            if rest.is_empty() {
+                return Ok(staged);
+            }
+            Some(Request {
+                devices: DeviceList::Ids(rest),
+                ..request.clone()
+            })
+        }
+    };
+    let inventory = inventory_for(ctx, rest.as_ref().unwrap_or(request))?;
+    staged.host = Some((rest, inventory));
+    Ok(staged)
+}
+
+/// The second half of planning: loads NVML where [`Staged::needs_nvml`] says so (an
+/// error in a process with [`NvmlAccess::Elsewhere`]), plans the host's part and merges
+/// in the spec files' edits.
+pub fn finish(ctx: &Context, staged: Staged) -> Result<Plan, PipelineError> {
+    let Staged {
+        request,
+        files,
+        host,
+    } = staged;
+    let mut plan = match host {
+        Some((rest, inventorying)) => {
+            let (backend, inventory) = complete(ctx, inventorying)?;
+            let mut plan = plan_on(ctx, rest.as_ref().unwrap_or(&request), backend, inventory)?;
+            if rest.is_some() {
+                plan.request = request;
+            }
+            plan
+        }
+        None => empty(&request),
+    };
+    if let Some((edits, cdi_devices)) = files {
+        tracing::debug!(devices = ?cdi_devices, "CDI devices from spec files");
+        plan.edits.merge(&edits);
+        plan.cdi_devices = cdi_devices;
     }
-    let (backend, inventory) = load_inventory(ctx, request)?;
-    plan_on(ctx, request, backend, inventory)
+    Ok(plan)
+}
+
+/// The plan that changes nothing (a `void` request, or one spec files fully define).
+fn empty(request: &Request) -> Plan {
+    Plan {
+        request: request.clone(),
+        backend: None,
+        driver: None,
+        selection: Selection::default(),
+        edits: ContainerEdits::default(),
+        ldcache: Vec::new(),
+        symlinks: Vec::new(),
+        missing: Vec::new(),
+        modify_device_files: false,
+        cdi_devices: Vec::new(),
+    }
+}
+
+/// The part of a request that CDI spec files define.
+struct FromFiles {
+    edits: ContainerEdits,
+    /// The qualified names the files resolved.
+    names: Vec<String>,
+    /// The ids left for the host.
+    rest: Vec<DeviceId>,
 }
 
 /// Resolves the request's CDI names that spec files define (all of them in `cdi`
-/// mode); the rest of the request is planned from the host and the two merged.
-/// `None` when no name comes from a file (then nothing was read but the directories).
-fn plan_from_spec_files(ctx: &Context, request: &Request) -> Result<Option<Plan>, PipelineError> {
+/// mode). `None` when no name comes from a file (then nothing was read but the
+/// directories).
+fn from_spec_files(ctx: &Context, request: &Request) -> Result<Option<FromFiles>, PipelineError> {
     let all = [DeviceId::Cdi {
         kind: String::new(),
         name: "all".to_owned(),
@@ -184,35 +283,8 @@ fn plan_from_spec_files(ctx: &Context, request: &Request) -> Result<Option<Plan>
         return Ok(None);
     }
     let edits = registry.resolve(&from_files).map_err(Box::new)?;
-    let cdi_devices = from_files.iter().map(ToString::to_string).collect();
-    let mut plan = if rest.is_empty() {
-        Plan {
-            request: request.clone(),
-            backend: None,
-            driver: None,
-            selection: Selection::default(),
-            edits: ContainerEdits::default(),
-            ldcache: Vec::new(),
-            symlinks: Vec::new(),
-            missing: Vec::new(),
-            modify_device_files: false,
-            cdi_devices: Vec::new(),
-        }
-    } else {
-        let rest = Request {
-            devices: DeviceList::Ids(rest),
-            ..request.clone()
-        };
-        let (backend, inventory) = load_inventory(ctx, &rest)?;
-        Plan {
-            request: request.clone(),
-            ..plan_on(ctx, &rest, backend, inventory)?
-        }
-    };
-    tracing::debug!(devices = ?cdi_devices, "CDI devices from spec files");
-    plan.edits.merge(&edits);
-    plan.cdi_devices = cdi_devices;
-    Ok(Some(plan))
+    let names = from_files.iter().map(ToString::to_string).collect();
+    Ok(Some(FromFiles { edits, names, rest }))
 }
 
 /// Plans `request` on an inventory already loaded (by [`load_inventory`]): what a
@@ -310,48 +382,73 @@ fn facts(inventory: &Inventory, selection: &Selection) -> Facts {
     }
 }
 
-/// Loads the inventory, resolving `auto`: procfs (no NVML initialisation) unless the
-/// request needs what only NVML knows: MIG devices (named, or `all` on a node where MIG
-/// instances exist), or `NVIDIA_REQUIRE_*` checks (the CUDA version, the GPU arch).
+/// Loads the inventory, resolving `auto` ([`inventory_for`], then NVML if needed).
 pub fn load_inventory(
     ctx: &Context,
     request: &Request,
 ) -> Result<(Backend, Inventory), PipelineError> {
+    let inventorying = inventory_for(ctx, request)?;
+    complete(ctx, inventorying)
+}
+
+/// Where `request`'s inventory comes from, resolving `auto`: procfs (no NVML
+/// initialisation, loaded here) unless the request needs what only NVML knows: MIG
+/// devices (named, or `all` on a node where MIG instances exist), or `NVIDIA_REQUIRE_*`
+/// checks (the CUDA version, the GPU arch).
+pub fn inventory_for(ctx: &Context, request: &Request) -> Result<Inventorying, PipelineError> {
     let devices = &request.devices;
-    let load = |backend| {
-        if backend == Backend::Nvml && ctx.nvml == NvmlAccess::Elsewhere {
-            let reason = if names_mig(devices) {
-                "MIG devices are named"
-            } else if !request.requirements.is_empty() {
-                "NVIDIA_REQUIRE_* checks the CUDA version or GPU architecture"
-            } else if ctx.source.backend == Backend::Nvml {
-                "the inventory backend is nvml"
-            } else {
-                "MIG instances exist and all GPUs were requested"
-            };
-            return Err(PipelineError::NeedsNvml { reason });
-        }
-        let source = Source {
-            backend,
-            ..ctx.source.clone()
-        };
-        inventory::load(&ctx.roots, &source)
-            .map(|inv| (backend, inv))
-            .map_err(PipelineError::from)
-    };
+    let nvml = |reason| Ok(Inventorying::Nvml { reason });
     match ctx.source.backend {
-        Backend::Procfs => load(Backend::Procfs),
-        Backend::Nvml => load(Backend::Nvml),
+        Backend::Procfs => {
+            let (backend, inventory) = load(ctx, Backend::Procfs)?;
+            Ok(Inventorying::Loaded(backend, inventory))
+        }
+        Backend::Nvml => nvml(nvml_reason(ctx, request)),
         Backend::Auto if names_mig(devices) || !request.requirements.is_empty() => {
-            load(Backend::Nvml)
+            nvml(nvml_reason(ctx, request))
         }
         Backend::Auto => {
-            let (backend, inventory) = load(Backend::Procfs)?;
+            let (backend, inventory) = load(ctx, Backend::Procfs)?;
             if *devices == DeviceList::All && has_mig_instances(&ctx.roots, &inventory) {
-                return load(Backend::Nvml);
+                return nvml("MIG instances exist and all GPUs were requested");
             }
-            Ok((backend, inventory))
+            Ok(Inventorying::Loaded(backend, inventory))
         }
+    }
+}
+
+/// Why `request` needs NVML on this `ctx`, in the words a hand-over logs.
+fn nvml_reason(ctx: &Context, request: &Request) -> &'static str {
+    if names_mig(&request.devices) {
+        "MIG devices are named"
+    } else if !request.requirements.is_empty() {
+        "NVIDIA_REQUIRE_* checks the CUDA version or GPU architecture"
+    } else if ctx.source.backend == Backend::Nvml {
+        "the inventory backend is nvml"
+    } else {
+        "MIG instances exist and all GPUs were requested"
+    }
+}
+
+fn load(ctx: &Context, backend: Backend) -> Result<(Backend, Inventory), PipelineError> {
+    let source = Source {
+        backend,
+        ..ctx.source.clone()
+    };
+    Ok((backend, inventory::load(&ctx.roots, &source)?))
+}
+
+/// The inventory `inventorying` stands for, loading NVML if it must (and may).
+fn complete(
+    ctx: &Context,
+    inventorying: Inventorying,
+) -> Result<(Backend, Inventory), PipelineError> {
+    match inventorying {
+        Inventorying::Loaded(backend, inventory) => Ok((backend, inventory)),
+        Inventorying::Nvml { reason } if ctx.nvml == NvmlAccess::Elsewhere => {
+            Err(PipelineError::NeedsNvml { reason })
+        }
+        Inventorying::Nvml { .. } => load(ctx, Backend::Nvml),
     }
 }
 
@@ -380,99 +477,4 @@ fn has_mig_instances(roots: &Roots, inventory: &Inventory) -> bool {
             entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("gi")))
         })
     })
-}
-
-// ---- what the runtime and the hook read from config.toml and config.json ----
-
-/// The request policy a config gives.
-pub fn policy(config: &Config) -> Result<RequestPolicy, ConfigError> {
-    Ok(RequestPolicy {
-        accept_envvar_when_unprivileged: config
-            .accept_nvidia_visible_devices_envvar_when_unprivileged,
-        accept_volume_mounts: config.accept_nvidia_visible_devices_as_volume_mounts,
-        swarm_resource: config
-            .swarm_resource
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect(),
-        supported_capabilities: config.supported_capabilities()?,
-        disable_require: config.disable_require,
-        annotation_prefixes: config
-            .nvidia_container_runtime
-            .modes
-            .cdi
-            .annotation_prefixes
-            .clone(),
-    })
-}
-
-/// The pipeline context a config gives: NVIDIA's `nvidia-container-cli.root` is the
-/// driver root, and the dev root unless set apart.
-pub fn context(config: &Config) -> Context {
-    Context {
-        roots: Roots {
-            driver: config.driver_root(),
-            dev: config.dev_root(),
-            proc: config.nvshim.proc_root.clone(),
-        },
-        source: Source {
-            backend: Backend::Auto,
-            nvml_library: None,
-        },
-        nvml: NvmlAccess::InProcess,
-        cdi: {
-            let dirs = config.nvidia_container_runtime.modes.cdi.spec_dirs.clone();
-            match config.nvidia_container_runtime.mode {
-                Mode::JitCdi => CdiFiles::Never,
-                Mode::Cdi => CdiFiles::Only {
-                    dirs,
-                    default_kind: config
-                        .nvidia_container_runtime
-                        .modes
-                        .cdi
-                        .default_kind
-                        .clone(),
-                },
-                Mode::Auto | Mode::Legacy | Mode::Csv => CdiFiles::Prefer(dirs),
-            }
-        },
-    }
-}
-
-/// NVIDIA's name for the hook that covers the container's driver params.
-pub const PARAMS_HOOK: &str = "disable-device-node-modification";
-
-/// Whether the config leaves the params cover on: NVIDIA's
-/// `modes.jit-cdi.nvcdi-disable-hooks` turns hooks off by name, or all with `all`.
-pub fn covers_params(config: &Config) -> bool {
-    !config
-        .nvidia_container_runtime
-        .modes
-        .jit_cdi
-        .nvcdi_disable_hooks
-        .iter()
-        .any(|h| h == PARAMS_HOOK || h == "all")
-}
-
-/// What the request reads from a spec.
-pub fn inputs(doc: &SpecDoc) -> ContainerInputs {
-    ContainerInputs {
-        env: doc.env().into_iter().map(String::from).collect(),
-        mounts: doc
-            .mounts()
-            .into_iter()
-            .map(|m| InputMount {
-                destination: m.destination.to_string(),
-                source: m.source.map(String::from),
-            })
-            .collect(),
-        annotations: doc
-            .annotations()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        privileged: doc.is_privileged(),
-    }
 }

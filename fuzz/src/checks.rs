@@ -256,7 +256,7 @@ pub fn config_json(data: &[u8]) {
     };
     same_after_reparse(&original, &bytes, "unedited");
 
-    let inputs = nvshim::pipeline::inputs(&doc);
+    let inputs = nvshim::container::inputs(&doc);
     let _ = nvshim::request::build(&inputs, &RequestPolicy::default());
 
     let mut untouched = original.clone();
@@ -487,8 +487,8 @@ pub fn config_toml(data: &[u8]) {
         return;
     };
     let _ = (config.driver_root(), config.dev_root());
-    let _ = nvshim::pipeline::policy(&config);
-    let _ = nvshim::pipeline::context(&config);
+    let _ = nvshim::container::policy(&config);
+    let _ = nvshim::container::context(&config, nvshim::container::Front::Runtime);
 }
 
 /// The device plugin's (and GFD's) YAML config file.
@@ -542,7 +542,7 @@ fn cdi_spec(data: &[u8], path: &str) {
 /// The `link-driver` hook's `--link` and `--ldcache` values (each line of the input is
 /// tried as both). What parses and encodes parses back to itself.
 pub fn hook_link(data: &[u8]) {
-    use nvshim::hook::link::{encode, parse_entry, parse_link};
+    use nvshim::hook_contract::{encode_link_driver as encode, parse_entry, parse_link};
     let input = text(data);
     for line in input.split('\n') {
         if let Ok(link) = parse_link(line)

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nvshim::cli::{self, Cli};
+use nvshim::container::{HOOK_HELPER_COMMAND, RUNTIME_HELPER_COMMAND};
 use nvshim::hook;
 use nvshim::logging::{self, LogSettings};
 use nvshim::pipeline::NvmlAccess;
@@ -15,7 +16,7 @@ fn main() -> ExitCode {
     // `nvshim runtime -- <runc argv>`: the runtime hands requests that need NVML here
     // (see `runtime::entry`). Not a clap subcommand: runc's argv is passed through as is.
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(OsStr::new(entry::NVML_HELPER_COMMAND)) {
+    if args.next().as_deref() == Some(OsStr::new(RUNTIME_HELPER_COMMAND)) {
         let mut rest: Vec<_> = args.collect();
         if rest.first().map(|a| a.as_os_str()) == Some(OsStr::new("--")) {
             rest.remove(0);
@@ -25,7 +26,7 @@ fn main() -> ExitCode {
     // `nvshim runtime-hook -- <hook argv>`: the static hook's counterpart (see
     // `hook::entry`).
     let mut args = std::env::args().skip(1);
-    if args.next().as_deref() == Some(hook::entry::NVML_HELPER_COMMAND) {
+    if args.next().as_deref() == Some(HOOK_HELPER_COMMAND) {
         let rest: Vec<String> = args.skip_while(|a| a == "--").collect();
         return hook::entry::main(rest, NvmlAccess::InProcess);
     }

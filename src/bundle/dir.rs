@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-//! [`Bundle`]: loading `config.json` and replacing it atomically.
+//! [`Bundle`]: loading `config.json` and replacing it atomically (through the crate's
+//! one atomic writer, `files::write`).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt, fchown};
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -13,15 +12,10 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
 use super::{BundleError, SpecDoc};
+use crate::files::write::{self, Durability, Owner, TempWriteError};
 
 /// The bundle's configuration file, named by the OCI runtime spec.
 pub const CONFIG_FILE: &str = "config.json";
-
-/// How many temp-file names [`Bundle::save`] tries before giving up.
-const TEMP_ATTEMPTS: u32 = 16;
-
-/// Numbers the temp files of this process, so that concurrent saves never pick the same name.
-static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A bundle directory, holding `config.json` and (usually) the rootfs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +73,7 @@ impl Bundle {
         })
     }
 
-    /// Replaces `config.json` with `doc`, atomically.
+    /// Replaces `config.json` with `doc`, atomically ([`write::write_via_temp`]).
     ///
     /// Writes a new file next to it (created exclusively, never through a symlink, named
     /// `.config.json.nvshim-<pid>-<n>`), gives it the mode and owner recorded in `like`, and
@@ -93,12 +87,7 @@ impl Bundle {
     pub fn save(&self, doc: &SpecDoc, like: &Loaded) -> Result<(), BundleError> {
         let bytes = doc.to_vec()?;
         remove_stale_temps(&self.dir);
-        let pid = std::process::id();
-        let names = (0..TEMP_ATTEMPTS).map(|_| {
-            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-            format!(".{CONFIG_FILE}.nvshim-{pid}-{n}")
-        });
-        self.save_bytes(&bytes, like, names)
+        self.save_bytes(&bytes, like, write::temp_names(CONFIG_FILE))
     }
 
     /// [`Bundle::save`] with the temp-file names to try, in order; a name that exists is
@@ -109,18 +98,19 @@ impl Bundle {
         like: &Loaded,
         names: impl IntoIterator<Item = String>,
     ) -> Result<(), BundleError> {
-        let (temp, file) = create_temp(&self.dir, names)?;
-        write_temp(file, bytes, like).map_err(|source| BundleError::Write {
-            path: temp.path.clone(),
-            source,
-        })?;
-        let config = self.config_path();
-        fs::rename(&temp.path, &config).map_err(|source| BundleError::Write {
-            path: config.clone(),
-            source,
-        })?;
-        temp.keep();
-        Ok(())
+        let owner = Owner {
+            mode: like.mode,
+            uid: like.uid,
+            gid: like.gid,
+        };
+        write::write_via_temp(
+            &self.config_path(),
+            bytes,
+            Some(owner),
+            Durability::Unsynced,
+            names,
+        )
+        .map_err(|TempWriteError { path, source }| BundleError::Write { path, source })
     }
 }
 
@@ -132,7 +122,7 @@ fn remove_stale_temps(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let prefix = format!(".{CONFIG_FILE}.nvshim-");
+    let prefix = write::temp_prefix(CONFIG_FILE);
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
@@ -175,79 +165,4 @@ fn file_kind(kind: &fs::FileType) -> &'static str {
     } else {
         "an unknown file type"
     }
-}
-
-/// A temp file we created, removed on drop unless [`TempFile::keep`] was called.
-struct TempFile {
-    path: PathBuf,
-    remove: bool,
-}
-
-impl TempFile {
-    fn keep(mut self) {
-        self.remove = false;
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.remove {
-            // Best effort: the error that brought us here is the one to report.
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Creates the first of `names` (in `dir`) that does not exist yet.
-fn create_temp(
-    dir: &Path,
-    names: impl IntoIterator<Item = String>,
-) -> Result<(TempFile, File), BundleError> {
-    let mut last = None;
-    for name in names {
-        let path = dir.join(name);
-        // create_new is O_CREAT|O_EXCL: an existing name, a symlink included, fails
-        // instead of being opened; O_NOFOLLOW says the same for the final component, and std
-        // adds O_CLOEXEC.
-        let opened = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path);
-        match opened {
-            Ok(file) => {
-                let temp = TempFile { path, remove: true };
-                return Ok((temp, file));
-            }
-            Err(source) if source.kind() == io::ErrorKind::AlreadyExists => {
-                last = Some(BundleError::Write { path, source });
-            }
-            Err(source) => return Err(BundleError::Write { path, source }),
-        }
-    }
-    Err(last.unwrap_or_else(|| BundleError::Write {
-        path: dir.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, "no temp-file name to try"),
-    }))
-}
-
-/// Gives the temp file `like`'s owner and mode and writes `bytes`.
-fn write_temp(mut file: File, bytes: &[u8], like: &Loaded) -> io::Result<()> {
-    let meta = file.metadata()?;
-    if (meta.uid(), meta.gid()) != (like.uid, like.gid) {
-        fchown(&file, Some(like.uid), Some(like.gid))?;
-    }
-    // After the chown, which may clear set-id bits.
-    file.set_permissions(fs::Permissions::from_mode(like.mode & 0o7777))?;
-    // Blocks allocated up front (best effort: not every filesystem can): ext4 then has
-    // no delayed allocation to flush when the rename replaces config.json, about 40 µs
-    // on a journaled ext4.
-    let _ = nix::fcntl::fallocate(
-        &file,
-        nix::fcntl::FallocateFlags::empty(),
-        0,
-        i64::try_from(bytes.len()).unwrap_or(0),
-    );
-    file.write_all(bytes)
 }

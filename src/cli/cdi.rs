@@ -10,6 +10,7 @@ use super::{CliError, HostArgs};
 use crate::cdi::{Registry, spec};
 use crate::files::write;
 use crate::generate::{self, NameStrategy, Options};
+use crate::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
 use crate::pipeline::{Context, NvmlAccess};
 use crate::request::DriverCapabilities;
 
@@ -108,7 +109,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
     let mut options = options;
     for hook in &args.disable_hook {
         match hook.as_str() {
-            crate::pipeline::PARAMS_HOOK | "all" => options.cover_params = false,
+            DISABLE_DEVICE_NODE_MODIFICATION | ALL_HOOKS => options.cover_params = false,
             other => {
                 return Err(CliError::UnknownHook {
                     name: other.to_owned(),
@@ -150,7 +151,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
 /// else this `nvshim` itself.
 fn default_hook_path() -> Result<PathBuf, CliError> {
     let exe = std::env::current_exe().map_err(CliError::Output)?;
-    let hook = exe.with_file_name("nvidia-container-runtime-hook");
+    let hook = exe.with_file_name(HOOK_BINARY);
     Ok(if hook.is_file() { hook } else { exe })
 }
 

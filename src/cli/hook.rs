@@ -9,6 +9,10 @@ use clap::{Args, Subcommand};
 use super::CliError;
 use crate::hook::link;
 use crate::hook::privileges::{self, Stage};
+use crate::hook_contract::{
+    self, DISABLE_DEVICE_NODE_MODIFICATION, LDCACHE_FLAG, LINK_DRIVER, LINK_FLAG, ROOTFS_FLAG,
+    long_name,
+};
 
 #[derive(Debug, Args)]
 pub struct HookArgs {
@@ -20,9 +24,11 @@ pub struct HookArgs {
 pub enum HookCommand {
     /// createContainer hook: create the driver's symlinks and merge linker cache
     /// entries in the container's rootfs (what the runtime does in-process).
+    #[command(name = LINK_DRIVER)]
     LinkDriver(LinkDriverArgs),
     /// createContainer hook: cover the container's /proc/driver/nvidia/params with a
     /// copy that says ModifyDeviceFiles: 0.
+    #[command(name = DISABLE_DEVICE_NODE_MODIFICATION)]
     DisableDeviceNodeModification(ParamsArgs),
 }
 
@@ -30,23 +36,23 @@ pub enum HookCommand {
 pub struct ParamsArgs {
     /// The container's rootfs on the host (absolute); without it the rootfs is found
     /// from the OCI state on stdin and the bundle's config.json.
-    #[arg(long = "rootfs")]
+    #[arg(long = long_name(ROOTFS_FLAG))]
     pub rootfs: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub struct LinkDriverArgs {
     /// A symlink to create: TARGET::PATH (PATH absolute, in the container).
-    #[arg(long = "link")]
+    #[arg(long = long_name(LINK_FLAG))]
     pub links: Vec<String>,
     /// A linker cache entry: KEY=PATH@FLAGS[+HWCAP] (hex).
-    #[arg(long = "ldcache")]
+    #[arg(long = long_name(LDCACHE_FLAG))]
     pub entries: Vec<String>,
 }
 
 pub fn run(args: &HookArgs) -> Result<(), CliError> {
     // An image's `ENV LD_PRELOAD` reached NVIDIA's hooks (CVE-2025-23266).
-    if let Some(var) = crate::hook::entry::loader_var() {
+    if let Some(var) = hook_contract::loader_var() {
         return Err(CliError::HookEnv { var });
     }
     match &args.command {
@@ -60,7 +66,7 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
                     crate::hook::params::run(&state)?
                 }
             };
-            tracing::debug!(covered, "disable-device-node-modification");
+            tracing::debug!(covered, "{DISABLE_DEVICE_NODE_MODIFICATION}");
             Ok(())
         }
         HookCommand::LinkDriver(args) => {
@@ -68,17 +74,17 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
             let links = args
                 .links
                 .iter()
-                .map(|l| link::parse_link(l))
+                .map(|l| hook_contract::parse_link(l))
                 .collect::<Result<Vec<_>, _>>()?;
             let entries = args
                 .entries
                 .iter()
-                .map(|e| link::parse_entry(e))
+                .map(|e| hook_contract::parse_entry(e))
                 .collect::<Result<Vec<_>, _>>()?;
             let mut state = Vec::new();
             std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
             let (changed, refresh) = link::run(&state, &links, &entries)?;
-            tracing::debug!(changed, ?refresh, "link-driver");
+            tracing::debug!(changed, ?refresh, "{LINK_DRIVER}");
             Ok(())
         }
     }

@@ -113,6 +113,7 @@ pub enum Command {
     /// Write a CDI spec for this node (generate), or list the CDI devices defined (list).
     Cdi(cdi::CdiArgs),
     /// Hooks that CDI specs run (createContainer: link-driver).
+    #[command(name = crate::hook_contract::NVSHIM_HOOK_COMMAND)]
     Hook(hook::HookArgs),
     /// Write the node's GPU labels (gpu-feature-discovery's nvidia.com/* set) as a Node
     /// Feature Discovery feature file, once or every --interval.
@@ -133,6 +134,8 @@ pub enum CliError {
     Generate(#[from] crate::generate::GenerateError),
     #[error(transparent)]
     Link(#[from] crate::hook::link::LinkError),
+    #[error(transparent)]
+    HookArgs(#[from] crate::hook_contract::ArgError),
     #[error(transparent)]
     Params(#[from] crate::hook::params::ParamsError),
     #[error(transparent)]

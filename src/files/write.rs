@@ -1,11 +1,15 @@
 //! Reading and replacing a file others read (an engine's config, a CDI spec, a label
-//! file) without ever leaving a half-written one: the crate's one atomic writer.
+//! file, a bundle's `config.json`) without ever leaving a half-written one: the crate's
+//! one atomic writer.
 //!
 //! A new version goes to a temp file in the same directory (so the rename stays on one file
-//! system), gets the old file's mode and owner, is fsynced, and is renamed over the old one; the
-//! directory is fsynced after. The previous version is first saved the same way as
-//! `<file>.bak` (one backup, replaced by the next change: the diff we print says what changed).
-//! A symlinked config is followed: the file it points to is replaced, the link stays.
+//! system), created exclusively and never through a symlink, gets the old file's mode and
+//! owner, is fsynced, and is renamed over the old one; the directory is fsynced after
+//! ([`write_via_temp`]). The previous version is first saved the same way as `<file>.bak`
+//! (one backup, replaced by the next change: the diff we print says what changed). With
+//! [`replace`], a symlinked config is followed (the caller [`resolve`]s it): the file it points
+//! to is replaced, the link stays. A bundle's `config.json` skips the fsyncs
+//! ([`Durability::Unsynced`]; see `bundle::Bundle::save`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -49,6 +53,16 @@ pub enum WriteError {
     },
 }
 
+/// A failed [`write_via_temp`]: the file that failed (the temp file, or the target for
+/// the rename) and why. The target is unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {path}: {source}")]
+pub struct TempWriteError {
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
 /// Mode of a config file we create (what the engines' packages ship).
 const NEW_FILE_MODE: u32 = 0o644;
 /// Mode of a directory we create.
@@ -58,15 +72,33 @@ pub const BACKUP_SUFFIX: &str = ".bak";
 /// How many temp-file names to try before giving up.
 const TEMP_ATTEMPTS: usize = 16;
 
+/// Numbers the temp files of this process, so that concurrent writes never pick the same name.
 static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// The file as it was: its text and what a replacement must keep.
 #[derive(Debug, Clone)]
 pub struct Existing {
     pub text: String,
-    mode: u32,
-    uid: u32,
-    gid: u32,
+    owner: Owner,
+}
+
+/// The permission bits (`st_mode & 0o7777`) and owner a replacement gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Whether a replacement is made to survive a crash of the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The temp file is fsynced before the rename and the directory after: files that
+    /// outlive a reboot (engine configs, CDI specs, label files).
+    Synced,
+    /// No fsync: a file read at once that does not outlive a crash of the host (a
+    /// bundle's `config.json`, whose container is gone after one).
+    Unsynced,
 }
 
 /// The file that `path` names, following symlinks; `path` itself when it does not resolve
@@ -96,9 +128,11 @@ pub fn read(path: &Path) -> Result<Option<Existing>, WriteError> {
         .map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e.utf8_error())))?;
     Ok(Some(Existing {
         text,
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
+        owner: Owner {
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+        },
     }))
 }
 
@@ -166,17 +200,69 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
+/// `path` replaced through a temp file, fsynced; any error names `path`.
 fn atomic_write(path: &Path, bytes: &[u8], like: Option<&Existing>) -> io::Result<()> {
+    let name = file_name(path);
+    write_via_temp(
+        path,
+        bytes,
+        like.map(|old| old.owner),
+        Durability::Synced,
+        temp_names(&name),
+    )
+    .map_err(|e| e.source)
+}
+
+/// Replaces (or creates) `path` with `bytes` through a temp file in its directory: the
+/// first of `names` that does not exist yet (an existing name, a symlink included, is
+/// skipped and left alone). The temp file gets `owner` (or ours and 0644) and is
+/// renamed over `path`; with [`Durability::Synced`] it is fsynced first and the
+/// directory after. Readers see the old file or the new one, never a part. On an error
+/// the temp file is removed and `path` is untouched; the error names the file that
+/// failed (the temp file, or `path` for the rename).
+pub fn write_via_temp(
+    path: &Path,
+    bytes: &[u8],
+    owner: Option<Owner>,
+    durability: Durability,
+    names: impl IntoIterator<Item = String>,
+) -> Result<(), TempWriteError> {
+    let failed = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TempWriteError { path, source }
+    };
     let dir = parent(path);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let (temp, file) = create_temp(&dir, &name)?;
-    fill(file, bytes, like)?;
-    fs::rename(&temp.path, path)?;
+    let (temp, file) = create_temp(&dir, names)?;
+    fill(file, bytes, owner, durability).map_err(failed(&temp.path))?;
+    fs::rename(&temp.path, path).map_err(failed(path))?;
     temp.keep();
-    sync_dir(&dir)
+    if durability == Durability::Synced {
+        sync_dir(&dir).map_err(failed(&dir))?;
+    }
+    Ok(())
+}
+
+/// The temp-file names [`replace`] tries for a file named `name`:
+/// `.<name>.nvshim-<pid>-<n>` ([`temp_prefix`], then this process's id and a counter).
+pub fn temp_names(name: &str) -> impl Iterator<Item = String> + use<> {
+    let prefix = temp_prefix(name);
+    let pid = std::process::id();
+    (0..TEMP_ATTEMPTS).map(move |_| {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}{pid}-{n}")
+    })
+}
+
+/// `.<name>.nvshim-`: how the temp files for a file named `name` begin (a process
+/// killed mid-write leaves one; see `bundle`'s clean-up).
+pub fn temp_prefix(name: &str) -> String {
+    format!(".{name}.nvshim-")
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// A temp file we created, removed on drop unless kept.
@@ -200,13 +286,17 @@ impl Drop for TempFile {
     }
 }
 
-/// `.<name>.nvshim-<pid>-<n>` in `dir`, created exclusively (never through a symlink).
-fn create_temp(dir: &Path, name: &str) -> io::Result<(TempFile, File)> {
-    let pid = std::process::id();
+/// Creates the first of `names` (in `dir`) that does not exist yet.
+fn create_temp(
+    dir: &Path,
+    names: impl IntoIterator<Item = String>,
+) -> Result<(TempFile, File), TempWriteError> {
     let mut last = None;
-    for _ in 0..TEMP_ATTEMPTS {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!(".{name}.nvshim-{pid}-{n}"));
+    for name in names {
+        let path = dir.join(name);
+        // create_new is O_CREAT|O_EXCL: an existing name, a symlink included, fails
+        // instead of being opened; O_NOFOLLOW says the same for the final component, and
+        // std adds O_CLOEXEC.
         let opened = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -215,29 +305,52 @@ fn create_temp(dir: &Path, name: &str) -> io::Result<(TempFile, File)> {
             .open(&path);
         match opened {
             Ok(file) => return Ok((TempFile { path, remove: true }, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
+            Err(source) if source.kind() == io::ErrorKind::AlreadyExists => {
+                last = Some(TempWriteError { path, source });
+            }
+            Err(source) => return Err(TempWriteError { path, source }),
         }
     }
-    Err(last.unwrap_or_else(|| io::Error::other("no temp-file name left to try")))
+    Err(last.unwrap_or_else(|| TempWriteError {
+        path: dir.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "no temp-file name to try"),
+    }))
 }
 
-/// Writes `bytes`, gives the file `like`'s owner and mode (or ours and 0644), and fsyncs it.
-fn fill(mut file: File, bytes: &[u8], like: Option<&Existing>) -> io::Result<()> {
-    let mode = match like {
+/// Gives the file `owner` (or ours and 0644), writes `bytes`, and fsyncs it when
+/// `durability` says so.
+fn fill(
+    mut file: File,
+    bytes: &[u8],
+    owner: Option<Owner>,
+    durability: Durability,
+) -> io::Result<()> {
+    let mode = match owner {
         Some(old) => {
             let meta = file.metadata()?;
             if (meta.uid(), meta.gid()) != (old.uid, old.gid) {
                 fchown(&file, Some(old.uid), Some(old.gid))?;
             }
-            old.mode
+            old.mode & 0o7777
         }
         None => NEW_FILE_MODE,
     };
     // After the chown, which may clear set-id bits; and explicitly, since umask applied at open.
     file.set_permissions(fs::Permissions::from_mode(mode))?;
+    // Blocks allocated up front (best effort: not every filesystem can): ext4 then has
+    // no delayed allocation to flush when the rename replaces the file, about 40 µs on
+    // a journaled ext4.
+    let _ = nix::fcntl::fallocate(
+        &file,
+        nix::fcntl::FallocateFlags::empty(),
+        0,
+        i64::try_from(bytes.len()).unwrap_or(0),
+    );
     file.write_all(bytes)?;
-    file.sync_all()
+    if durability == Durability::Synced {
+        file.sync_all()?;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -23,31 +23,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use crate::config;
+use crate::container::{HOOK_HELPER_COMMAND, NVML_HELPER};
+use crate::hook_contract::{
+    DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY as NAME, LINK_DRIVER, LOADER_VARS, POSTSTART,
+    POSTSTOP, PRESTART, loader_var, parse_link_driver, parse_params_args,
+};
 use crate::logging::{self, LogSettings};
-use crate::pipeline::{NvmlAccess, PipelineError};
+use crate::pipeline::NvmlAccess;
 
 use super::privileges::{self, Stage};
-use super::{HookError, link, params};
-
-const NAME: &str = "nvidia-container-runtime-hook";
-
-/// `nvshim runtime-hook -- <argv>`: where the static hook sends requests that need NVML.
-pub const NVML_HELPER_COMMAND: &str = "runtime-hook";
-const NVML_HELPER: &str = "nvshim";
+use super::{HookOutcome, link, params};
 
 /// The OCI state is small; anything larger is not one.
 const MAX_STATE: u64 = 1 << 20;
-
-/// Loader variables that must never reach a hook running as root on the host.
-pub const LOADER_VARS: [&str; 3] = ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"];
-
-/// The first loader variable set in this process's environment.
-pub fn loader_var() -> Option<&'static str> {
-    LOADER_VARS
-        .iter()
-        .copied()
-        .find(|v| std::env::var_os(v).is_some())
-}
 
 /// The command line, as NVIDIA's hook takes it (Go flags: `-flag`, `--flag`,
 /// `-flag=value` or `-flag value`, before the stage), and the stage's own arguments.
@@ -92,43 +80,6 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
     Ok(parsed)
 }
 
-/// `link-driver`'s arguments: `--link V`, `--ldcache V` (or `--flag=V`), any order.
-pub fn parse_link_driver(
-    args: &[String],
-) -> Result<
-    (
-        Vec<crate::discover::SymlinkEdit>,
-        Vec<crate::ldcache::Entry>,
-    ),
-    String,
-> {
-    let mut links = Vec::new();
-    let mut entries = Vec::new();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (name, value) = match arg.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_owned())),
-            None => (arg.as_str(), None),
-        };
-        let mut value = || {
-            value
-                .clone()
-                .or_else(|| rest.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match name {
-            "--link" => links.push(link::parse_link(&value()?).map_err(|e| e.to_string())?),
-            "--ldcache" => entries.push(link::parse_entry(&value()?).map_err(|e| e.to_string())?),
-            other => {
-                return Err(format!(
-                    "unknown link-driver argument {other:?} (valid: --link, --ldcache)"
-                ));
-            }
-        }
-    }
-    Ok((links, entries))
-}
-
 /// Runs the hook with `raw` (`argv[1..]`). `nvml` says whether this process may load
 /// NVML (the static hook may not; `nvshim runtime-hook` may).
 pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
@@ -160,29 +111,29 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
         Err(e) => Some(failure(&e.to_string())),
     };
     match args.stage.as_deref() {
-        Some("prestart") => {
+        Some(PRESTART) => {
             if let Some(failed) = restrict(Stage::Prestart) {
                 return failed;
             }
         }
-        Some(link::SUBCOMMAND) => {
+        Some(LINK_DRIVER) => {
             return match loader_var() {
                 Some(var) => refuse(var),
                 None => restrict(Stage::LinkDriver).unwrap_or_else(|| link_driver(&args.rest)),
             };
         }
-        Some(params::SUBCOMMAND) => {
+        Some(DISABLE_DEVICE_NODE_MODIFICATION) => {
             return match loader_var() {
                 Some(var) => refuse(var),
                 None => restrict(Stage::DisableDeviceNodeModification)
                     .unwrap_or_else(|| disable_device_node_modification(&args.rest)),
             };
         }
-        Some("poststart" | "poststop") => return ExitCode::SUCCESS,
+        Some(POSTSTART | POSTSTOP) => return ExitCode::SUCCESS,
         Some(other) => {
             return failure(&format!(
-                "unknown stage {other:?} (valid: prestart, poststart, poststop, link-driver, \
-                 disable-device-node-modification)"
+                "unknown stage {other:?} (valid: {PRESTART}, {POSTSTART}, {POSTSTOP}, \
+                 {LINK_DRIVER}, {DISABLE_DEVICE_NODE_MODIFICATION})"
             ));
         }
         None => {
@@ -222,11 +173,7 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
         return failure(&format!("cannot read the OCI state from stdin: {e}"));
     }
     match super::prestart(&state, &loaded.config, nvml) {
-        Ok(outcome) => {
-            tracing::debug!(?outcome, "prestart done");
-            ExitCode::SUCCESS
-        }
-        Err(HookError::Pipeline(PipelineError::NeedsNvml { reason })) => {
+        Ok(HookOutcome::NeedsNvml { reason }) => {
             tracing::debug!(reason, "handing the request to nvshim, which loads NVML");
             let helper = nvml_helper();
             let err = exec_with_stdin(&helper, &raw, &state);
@@ -234,6 +181,10 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
                 "this request needs NVML ({reason}), which runs in {}: {err}",
                 helper.display()
             ))
+        }
+        Ok(outcome) => {
+            tracing::debug!(?outcome, "prestart done");
+            ExitCode::SUCCESS
         }
         Err(e) => {
             tracing::error!("{e}");
@@ -244,7 +195,7 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
 
 fn link_driver(args: &[String]) -> ExitCode {
     let fail = |message: &str| {
-        eprintln!("{NAME} {}: {message}", link::SUBCOMMAND);
+        eprintln!("{NAME} {LINK_DRIVER}: {message}");
         ExitCode::FAILURE
     };
     let (links, entries) = match parse_link_driver(args) {
@@ -263,10 +214,10 @@ fn link_driver(args: &[String]) -> ExitCode {
 
 fn disable_device_node_modification(args: &[String]) -> ExitCode {
     let fail = |message: &dyn std::fmt::Display| {
-        eprintln!("{NAME} {}: {message}", params::SUBCOMMAND);
+        eprintln!("{NAME} {DISABLE_DEVICE_NODE_MODIFICATION}: {message}");
         ExitCode::FAILURE
     };
-    let outcome = match params::parse_args(args) {
+    let outcome = match parse_params_args(args) {
         Err(e) => return fail(&e),
         // The runtime's form: the state on stdin is not needed, and not reading it
         // saves waiting for the engine to write it (runc writes it from a goroutine;
@@ -307,7 +258,7 @@ fn exec_with_stdin(helper: &Path, args: &[String], state: &[u8]) -> std::io::Err
         return e.into();
     }
     drop(read);
-    let mut argv = vec![OsString::from(NVML_HELPER_COMMAND), OsString::from("--")];
+    let mut argv = vec![OsString::from(HOOK_HELPER_COMMAND), OsString::from("--")];
     argv.extend(args.iter().map(OsString::from));
     let mut command = Command::new(helper);
     // `nvshim` is dynamic: the engine's loader variables must not reach it.
@@ -340,26 +291,5 @@ mod tests {
         assert!(args(&["-config"]).is_err());
         let a = args(&["link-driver", "--link", "a::/b"]).unwrap();
         assert_eq!(a.rest, ["--link", "a::/b"]);
-    }
-
-    #[test]
-    fn link_driver_arguments() {
-        let strings = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (links, entries) = parse_link_driver(&strings(&[
-            "--link",
-            "libcuda.so.1::/usr/lib/libcuda.so",
-            "--ldcache=libcuda.so.1=/usr/lib/libcuda.so.1@0x303",
-        ]))
-        .unwrap();
-        assert_eq!(links.len(), 1);
-        assert_eq!(entries[0].key, "libcuda.so.1");
-        for (case, bad) in [
-            ("unknown", &["--bogus", "x"][..]),
-            ("missing value", &["--link"][..]),
-            ("bad link", &["--link", "relative::x"][..]),
-        ] {
-            let err = parse_link_driver(&strings(bad)).unwrap_err();
-            assert!(!err.is_empty(), "{case}");
-        }
     }
 }

@@ -3,8 +3,8 @@
 //! `hooks.d/oci-nvidia-hook.json`.
 //!
 //! runc has already read `config.json` when a prestart hook runs, so the hook applies
-//! the edits itself, inside the container's namespaces. It plans exactly as the runtime
-//! does (`pipeline::plan` on the same `Request`), then:
+//! the edits itself, inside the container's namespaces. It prepares exactly as the
+//! runtime does (`container`: the same `Request`, the same plan), then:
 //! 1. host side (`host`): opens every source (driver files, device nodes) in the
 //!    host's mount namespace and clones each into a detached mount;
 //! 2. host side ([`cgroup`]): grants the device nodes in the container's device cgroup
@@ -20,8 +20,8 @@
 //! (it writes `ld.so.cache` itself) and never resolves an image path outside the
 //! rootfs fd.
 //!
-//! A spec our runtime edited carries [`INJECTED_ANNOTATION`]: then, or when no GPU is
-//! asked for, the hook does nothing. `poststart` and `poststop` do nothing.
+//! A spec our runtime edited carries its mark (`inject::is_marked`): then, or when no
+//! GPU is asked for, the hook does nothing. `poststart` and `poststop` do nothing.
 //!
 //! `hooks.d/oci-nvidia-hook.json` (podman, CRI-O) says `"when": {"always": true}`:
 //! the OCI hooks format 1.0.0 can match annotations, commands and bind mounts, not
@@ -59,10 +59,10 @@ use nix::errno::Errno;
 use nix::sys::stat::Mode;
 
 use crate::bundle::{self, Bundle, BundleError};
-use crate::config::{Config, ConfigError};
-pub use crate::inject::INJECTED_ANNOTATION;
-use crate::pipeline::{self, NvmlAccess, PipelineError};
-use crate::request::{self, DeviceList, RequestError};
+use crate::config::Config;
+use crate::container::{self, ContainerError, Front, Planned};
+use crate::inject;
+use crate::pipeline::NvmlAccess;
 use crate::rootfs::RootfsError;
 use apply::Applied;
 use cgroup::{CgroupError, CharDevice, Granted};
@@ -74,6 +74,9 @@ pub enum HookOutcome {
     AlreadyInjected,
     /// The container asks for no GPU.
     NoGpuRequested,
+    /// The request needs NVML, which this process does not load: nothing was done, and
+    /// the caller hands the state to `nvshim runtime-hook` ([`container::NVML_HELPER`]).
+    NeedsNvml { reason: &'static str },
     /// The hook injected the GPUs.
     Injected(Box<Injected>),
 }
@@ -93,11 +96,7 @@ pub enum HookError {
     #[error(transparent)]
     Bundle(#[from] BundleError),
     #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Request(#[from] RequestError),
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
+    Container(#[from] ContainerError),
     #[error("the OCI state has no pid: run this as a prestart hook of a container being created")]
     NoPid,
     #[error("config.json has no root.path: cannot find the container's rootfs")]
@@ -170,22 +169,14 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
     let state = bundle::parse_state(state)?;
     let loaded = Bundle::new(&state.bundle).load()?;
     let doc = &loaded.doc;
-    if doc
-        .annotations()
-        .iter()
-        .any(|(k, _)| *k == INJECTED_ANNOTATION)
-    {
+    if inject::is_marked(doc.value()) {
         tracing::debug!(id = %state.id, "already injected by the runtime");
         return Ok(HookOutcome::AlreadyInjected);
     }
-    let request = request::build(&pipeline::inputs(doc), &pipeline::policy(config)?)?;
-    if let Some(ignored) = &request.ignored {
-        tracing::warn!("{ignored}");
-    }
-    if request.devices == DeviceList::Void {
+    let Some(request) = container::request(doc, config)? else {
         tracing::debug!(id = %state.id, "no GPU requested");
         return Ok(HookOutcome::NoGpuRequested);
-    }
+    };
     let pid = state.pid.ok_or(HookError::NoPid)?;
     // Opened (and checked to be another namespace) before anything is done for the pid.
     let namespace = ns::MountNamespace::open(pid)?;
@@ -197,12 +188,10 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
     })?;
 
     // CDI names are planned in memory: a spec file's hooks could not run from here.
-    let ctx = pipeline::Context {
-        nvml,
-        cdi: pipeline::CdiFiles::Never,
-        ..pipeline::context(config)
+    let plan = match container::plan(&request, config, Front::Hook, nvml)? {
+        Planned::Ready(plan) => *plan,
+        Planned::NeedsNvml { reason } => return Ok(HookOutcome::NeedsNvml { reason }),
     };
-    let plan = pipeline::plan(&ctx, &request)?;
     phase("planned", started);
     for missing in &plan.missing {
         tracing::debug!(what = %missing.what, needed_for = %missing.needed_for, "not on this host, skipped");
@@ -234,7 +223,7 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
         ldcache: &plan.ldcache,
     };
     let applied = apply::apply(&rootfs, &sources, files, user)?;
-    if pipeline::covers_params(config) {
+    if container::covers_params(config) {
         let root = nix::fcntl::open(
             &rootfs,
             nix::fcntl::OFlag::O_PATH

@@ -25,12 +25,9 @@ use nix::sys::stat::Mode;
 
 use crate::bundle::{self, Bundle, BundleError};
 use crate::discover::params::{PARAMS, disabled};
+use crate::hook_contract::ROOTFS_FLAG;
 
 use super::{mounts, syscalls};
-
-/// The stage name (`nvidia-container-runtime-hook disable-device-node-modification`),
-/// NVIDIA's hook name.
-pub const SUBCOMMAND: &str = "disable-device-node-modification";
 
 /// The params file is a few hundred bytes.
 const MAX_PARAMS: u64 = 64 * 1024;
@@ -89,22 +86,6 @@ pub fn run_at(rootfs: &Path) -> Result<bool, ParamsError> {
         source,
     })?;
     cover(dir.as_fd())
-}
-
-/// `disable-device-node-modification --rootfs <absolute path>`.
-pub const ROOTFS_FLAG: &str = "--rootfs";
-
-/// The hook's arguments after the stage name: none (the rootfs comes from the OCI
-/// state) or `--rootfs <path>` / `--rootfs=<path>`.
-pub fn parse_args(args: &[String]) -> Result<Option<PathBuf>, String> {
-    match args {
-        [] => Ok(None),
-        [flag, path] if flag == ROOTFS_FLAG => Ok(Some(PathBuf::from(path))),
-        [arg] if arg.starts_with("--rootfs=") => Ok(Some(PathBuf::from(&arg["--rootfs=".len()..]))),
-        _ => Err(format!(
-            "unexpected arguments {args:?} (valid: none, or {ROOTFS_FLAG} <absolute path>)"
-        )),
-    }
 }
 
 /// Covers `<rootfs>/proc/driver/nvidia/params` when it says `ModifyDeviceFiles: 1`;
@@ -181,32 +162,6 @@ fn copy_tree(bytes: &[u8]) -> Result<OwnedFd, ParamsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn arguments_name_the_rootfs_or_nothing() {
-        assert_eq!(parse_args(&[]), Ok(None));
-        assert_eq!(
-            parse_args(&args(&["--rootfs", "/b/rootfs"])),
-            Ok(Some(PathBuf::from("/b/rootfs")))
-        );
-        assert_eq!(
-            parse_args(&args(&["--rootfs=/b/rootfs"])),
-            Ok(Some(PathBuf::from("/b/rootfs")))
-        );
-        for bad in [
-            &["--rootfs"][..],
-            &["--root", "/b"],
-            &["/b/rootfs"],
-            &["--rootfs", "/a", "--rootfs", "/b"],
-        ] {
-            let err = parse_args(&args(bad)).unwrap_err();
-            assert!(err.contains("--rootfs <absolute path>"), "{bad:?}: {err}");
-        }
-    }
 
     #[test]
     fn a_relative_rootfs_is_refused_before_anything_is_opened() {

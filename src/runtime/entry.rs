@@ -13,16 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::args::{self, Invocation};
-use super::create::CreateError;
+use super::create::Outcome;
 use super::{ERROR_PREFIX, RuntimeError, lowlevel};
 use crate::config;
+use crate::container::{NVML_HELPER, RUNTIME_HELPER_COMMAND};
 use crate::logging::{self, LogSettings};
-use crate::pipeline::{NvmlAccess, PipelineError};
-
-/// The admin binary that runs requests needing NVML, next to the runtime binary.
-pub const NVML_HELPER: &str = "nvshim";
-/// Its subcommand: `nvshim runtime -- <runc argv>`.
-pub const NVML_HELPER_COMMAND: &str = "runtime";
+use crate::pipeline::NvmlAccess;
 
 /// Runs the shim with runc's arguments (`argv[1..]`). Returns only on failure or
 /// when `exec` itself fails; success `exec`s the low-level runtime.
@@ -78,12 +74,10 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         Ok(None)
     };
     match outcome {
-        Ok(Some(outcome)) => tracing::info!(?outcome, "prepared bundle"),
-        Ok(None) => {}
-        Err(RuntimeError::Create(CreateError::Pipeline(PipelineError::NeedsNvml { reason }))) => {
+        Ok(Some(Outcome::NeedsNvml { reason })) => {
             let helper = nvml_helper();
             tracing::debug!(reason, helper = %helper.display(), "handing the request to the NVML helper");
-            let mut argv = vec![OsString::from(NVML_HELPER_COMMAND), OsString::from("--")];
+            let mut argv = vec![OsString::from(RUNTIME_HELPER_COMMAND), OsString::from("--")];
             argv.extend(raw);
             let err = lowlevel::exec(&helper, &argv);
             return fail(format!(
@@ -91,6 +85,8 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
                 helper.display()
             ));
         }
+        Ok(Some(outcome)) => tracing::info!(?outcome, "prepared bundle"),
+        Ok(None) => {}
         Err(e) => {
             tracing::error!("{e}");
             return fail(format!("{ERROR_PREFIX}: {e}"));
