@@ -6,9 +6,11 @@ NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
 all: build
 
-# Debug build of every workspace member: nvshim, the mock NVML, the testkit tools.
+# Debug build of every workspace member's library and binaries: nvshim, the device
+# plugin, the mock NVML, the testkit tools (the tests need them built; the tests
+# themselves are built by the test runner, and clippy checks every target).
 build:
-	$(CARGO) build --workspace --all-targets
+	$(CARGO) build --workspace
 
 release:
 	$(CARGO) build --workspace --release
@@ -23,10 +25,16 @@ release:
 # - the dynamic `nvshim` (requests that need NVML) and the device plugin (package
 #   nvshim-device-plugin), off the container-start path: profile release-dynamic,
 #   thin LTO in parallel codegen units, which builds in a fraction of the time.
+# The two builds run side by side, in target dirs of their own (cargo locks a target
+# dir): while one is in a single-threaded link-time step, the other uses the CPU.
 STATIC_DIR := target/static/release
 MUSL := x86_64-unknown-linux-musl
 HAVE_MUSL := $(shell test -d "$$(rustc --print sysroot)/lib/rustlib/$(MUSL)" && echo yes)
+.PHONY: static-bins dynamic-bins
 static-runtime:
+	$(MAKE) -j2 static-bins dynamic-bins
+
+static-bins:
 ifeq ($(HAVE_MUSL),yes)
 	$(CARGO) build -p nvshim --release --bin nvidia-container-runtime --bin nvidia-container-runtime-hook --target $(MUSL) --target-dir target/static
 	mkdir -p $(STATIC_DIR)
@@ -35,9 +43,13 @@ else
 	@echo "static-runtime: no $(MUSL) target (rustup target add $(MUSL)): linking static glibc"
 	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime --target-dir target/static -- -C target-feature=+crt-static
 	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime-hook --target-dir target/static -- -C target-feature=+crt-static
+	mkdir -p $(STATIC_DIR)
 endif
-	$(CARGO) build --profile release-dynamic -p nvshim --bin nvshim -p nvshim-device-plugin --bin nvidia-device-plugin --target-dir target/static
-	install -m 0755 target/static/release-dynamic/nvshim target/static/release-dynamic/nvidia-device-plugin $(STATIC_DIR)/
+
+dynamic-bins:
+	$(CARGO) build --profile release-dynamic -p nvshim --bin nvshim -p nvshim-device-plugin --bin nvidia-device-plugin --target-dir target/dynamic
+	mkdir -p $(STATIC_DIR)
+	install -m 0755 target/dynamic/release-dynamic/nvshim target/dynamic/release-dynamic/nvidia-device-plugin $(STATIC_DIR)/
 
 # target/packages/: the .deb, the .rpm, and apt/ and yum/ repositories (packaging/README.md).
 package: static-runtime
@@ -63,7 +75,12 @@ endif
 	# engines and security modules (libtest filters match a test's module path).
 	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
 	  $(CARGO) test --test runtime --test hook -- shim:: runc:: driver_params:: prestart:: engines:: security::
-	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+	# Every fuzz target for a short smoke run (two at a time on two CPUs); `make fuzz`
+	# runs them longer.
+	bash scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
+
+# Seconds per fuzz target in `make test`.
+TEST_FUZZ_SECONDS ?= 5
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash
 # fails it). fuzz/ is a directory, so the target must be phony.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The device plugin's fuzz check (`http2_inbound`), part of [`super`]'s set: its
-//! `:authority` fix lives in the plugin crate.
+//! `:authority` fix lives in its own crate, `crates/http2-authority`.
 
-use nvshim_device_plugin::http2::{Http2Error, Inbound, PREFACE};
+use nvshim_http2_authority::{Http2Error, Inbound, PREFACE};
 
 /// A client's HTTP/2 bytes through the device plugin's `:authority` fix (the fuzzer's
 /// bytes follow the preface; the first byte says where to split the reads). It must

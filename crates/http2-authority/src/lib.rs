@@ -10,7 +10,8 @@
 //! them: [`Inbound`] follows the frames, [`block`] the HPACK state, so that the
 //! client's encoder and h2's decoder never disagree about the header table.
 //!
-//! Pure and synchronous: the tokio side is `server::authority`. The plugin
+//! Pure and synchronous: the tokio side is the device plugin's `server::authority`
+//! (`crates/device-plugin`), which re-exports this crate as its `http2` module. The plugin
 //! serves nothing that looks at the authority, so replacing it loses nothing.
 //!
 //! ```text
