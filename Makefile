@@ -82,10 +82,9 @@ else
 	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
 	  $(CARGO) test --workspace --test runtime --test hook -- shim:: runc:: driver_params:: prestart:: engines:: security::
 endif
-	# Every fuzz target for a short smoke run (two at a time on two CPUs, built at
-	# opt-level 1: a third of the build time, still thousands of runs a second); `make
-	# fuzz` builds them fully optimized and runs them longer.
-	FUZZ_OPT_LEVEL=1 bash scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
+	# Every fuzz target for a short smoke run: an unoptimized build (under half the build
+	# time), two targets at a time. `make fuzz` is the real fuzzing: optimized, longer.
+	FUZZ_BUILD=dev bash scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
 
 # Seconds per fuzz target in `make test`.
 TEST_FUZZ_SECONDS ?= 5
