@@ -87,7 +87,7 @@ endif
 	FUZZ_BUILD=dev bash scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
 
 # Seconds per fuzz target in `make test`.
-TEST_FUZZ_SECONDS ?= 5
+TEST_FUZZ_SECONDS ?= 3
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash
 # fails it). fuzz/ is a directory, so the target must be phony.

@@ -6,48 +6,20 @@
 //! fixed.
 
 use std::fs;
-use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[path = "../../fuzz/src/checks.rs"]
 mod checks;
+#[path = "../../fuzz/src/replay.rs"]
+mod replay;
+
+use replay::inputs;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The files in `dir`, sorted; none when it does not exist.
-fn inputs(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| n != "README.md"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// Runs each target's check on every file under `base/<target>/`; returns how many files
-/// ran and a line for each one whose check panicked.
+/// Runs each target's check on every file under `base/<target>/` (a path from the repository root).
 fn replay(base: &str) -> (usize, Vec<String>) {
-    let mut ran = 0;
-    let mut failures = Vec::new();
-    for (target, check) in checks::TARGETS {
-        for path in inputs(&Path::new(ROOT).join(base).join(target)) {
-            let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            ran += 1;
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| check(&bytes))) {
-                let message = payload
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| payload.downcast_ref::<&str>().copied())
-                    .unwrap_or("(no message)");
-                failures.push(format!("{target}: {}: {message}", path.display()));
-            }
-        }
-    }
-    (ran, failures)
+    replay::replay(&Path::new(ROOT).join(base), checks::TARGETS)
 }
 
 #[test]

@@ -4,52 +4,22 @@
 //! in `fuzz/corpus/<target>/` and every crash kept in
 //! `tests/fixtures/fuzz-regressions/<target>/` goes through the target's check.
 
-use std::fs;
-use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[path = "../../../../fuzz/src/plugin_checks.rs"]
 mod plugin_checks;
+// Its `inputs` is for the core test; only `replay` and `Check` are used here.
+#[allow(dead_code)]
+#[path = "../../../../fuzz/src/replay.rs"]
+mod replay;
 
 /// The repository's root (this crate is `crates/device-plugin`).
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// A check: panics if the parser fails it on these bytes.
-type Check = fn(&[u8]);
-
-const TARGETS: &[(&str, Check)] = &[("http2_inbound", plugin_checks::http2_inbound)];
-
-fn inputs(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && p.file_name().is_some_and(|n| n != "README.md"))
-        .collect();
-    files.sort();
-    files
-}
+const TARGETS: &[(&str, replay::Check)] = &[("http2_inbound", plugin_checks::http2_inbound)];
 
 fn replay(base: &str) -> (usize, Vec<String>) {
-    let mut ran = 0;
-    let mut failures = Vec::new();
-    for (target, check) in TARGETS {
-        for path in inputs(&Path::new(ROOT).join(base).join(target)) {
-            let bytes = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            ran += 1;
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| check(&bytes))) {
-                let message = payload
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| payload.downcast_ref::<&str>().copied())
-                    .unwrap_or("(no message)");
-                failures.push(format!("{target}: {}: {message}", path.display()));
-            }
-        }
-    }
-    (ran, failures)
+    replay::replay(&Path::new(ROOT).join(base), TARGETS)
 }
 
 #[test]
