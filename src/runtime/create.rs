@@ -94,10 +94,11 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
         linker::install(&rootfs, &plan.symlinks, &plan.ldcache)?;
     }
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
-    inject::mark(loaded.doc.value_mut(), &request.devices.to_string())?;
+    let devices = request.devices.to_string();
+    inject::mark(loaded.doc.value_mut(), &devices)?;
     bundle.save(&loaded.doc, &loaded)?;
     let outcome = Outcome::Injected {
-        devices: request.devices.to_string(),
+        devices,
         applied,
         removed_hooks,
     };
