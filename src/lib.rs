@@ -77,5 +77,9 @@ pub mod runtime;
 
 pub mod cli;
 
+pub mod container_cli;
+pub mod ctk;
+pub mod docker_wrapper;
+
 #[cfg(test)]
 mod layering_tests;

@@ -1,4 +1,8 @@
 //! `nvshim`: the admin CLI. Parsing, logging, one library call, an exit code.
+//!
+//! The same binary is NVIDIA's `nvidia-ctk`, `nvidia-cdi-hook`, `nvidia-container-cli`
+//! and `nvidia-docker` when started under those names (packages install them as links
+//! to it): argv[0] picks the front end.
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -13,6 +17,20 @@ use nvshim::pipeline::NvmlAccess;
 use nvshim::runtime::entry;
 
 fn main() -> ExitCode {
+    let argv: Vec<_> = std::env::args_os().collect();
+    let called_as = argv
+        .first()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name())
+        .and_then(OsStr::to_str)
+        .unwrap_or_default();
+    match called_as {
+        nvshim::ctk::CTK_BINARY => return nvshim::ctk::main(argv),
+        nvshim::ctk::CDI_HOOK_BINARY => return nvshim::ctk::cdi_hook_main(argv),
+        nvshim::container_cli::BINARY => return nvshim::container_cli::main(argv),
+        nvshim::docker_wrapper::BINARY => return nvshim::docker_wrapper::main(argv),
+        _ => {}
+    }
     // `nvshim runtime -- <runc argv>`: the runtime hands requests that need NVML here
     // (see `runtime::entry`). Not a clap subcommand: runc's argv is passed through as is.
     let mut args = std::env::args_os().skip(1);
