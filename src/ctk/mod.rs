@@ -23,10 +23,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::logging::{self, LogSettings};
 
-/// The name packages install the admin tool under.
-pub const CTK_BINARY: &str = "nvidia-ctk";
-/// The name packages install the CDI hook tool under (`nvidia-ctk hook` as its own binary).
-pub const CDI_HOOK_BINARY: &str = "nvidia-cdi-hook";
+pub use crate::hook_contract::{CDI_HOOK_BINARY, CTK_BINARY};
 
 /// Flags every `nvidia-ctk` command takes.
 #[derive(Debug, Clone, Args)]

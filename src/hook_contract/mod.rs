@@ -26,6 +26,12 @@ pub const HOOK_BINARY: &str = "nvidia-container-runtime-hook";
 pub const TOOLKIT_HOOK_BINARY: &str = "nvidia-container-toolkit";
 /// The admin binary; its `hook` subcommand runs the same stages.
 pub const NVSHIM_BINARY: &str = "nvshim";
+/// NVIDIA's admin tool; `nvidia-ctk hook <stage>` runs the CDI hooks. Packages install
+/// it as a name of the `nvshim` binary.
+pub const CTK_BINARY: &str = "nvidia-ctk";
+/// NVIDIA's CDI hook binary (`nvidia-cdi-hook <stage>`), the hooks of specs that
+/// `nvidia-ctk cdi generate` writes; also a name of the `nvshim` binary.
+pub const CDI_HOOK_BINARY: &str = "nvidia-cdi-hook";
 /// `nvshim hook <stage>`.
 pub const NVSHIM_HOOK_COMMAND: &str = "hook";
 
