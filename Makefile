@@ -1,6 +1,5 @@
 # nvshim: the two commands are `make demo` and `make test`.
 CARGO ?= cargo
-NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
 .PHONY: all build release static-runtime package demo test lint bench clean
 
@@ -63,28 +62,11 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# What CI runs. The integration tests need the mock NVML and fake nvidia-smi built first.
-test: lint build static-runtime package
-ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast
-else
-	$(CARGO) test --workspace --no-fail-fast
-endif
-	# The shim and hook tests again, against the static runtime and hook that packages install:
-	# the runtime group's shim, runc and driver_params modules and the hook group's prestart,
-	# engines and security modules. Through nextest over the workspace, so nothing is rebuilt
-	# (a plain `cargo test -p nvshim` resolves features apart and recompiles dependencies).
-ifeq ($(NEXTEST),yes)
-	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
-	  $(CARGO) nextest run --workspace --no-fail-fast \
-	  -E 'binary(runtime) & test(/^(shim|runc|driver_params)::/) | binary(hook) & test(/^(prestart|engines|security)::/)'
-else
-	NVSHIM_TEST_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime NVSHIM_TEST_HOOK=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime-hook \
-	  $(CARGO) test --workspace --test runtime --test hook -- shim:: runc:: driver_params:: prestart:: engines:: security::
-endif
-	# Every fuzz target for a short smoke run: an unoptimized build (under half the build
-	# time), two targets at a time. `make fuzz` is the real fuzzing: optimized, longer.
-	FUZZ_BUILD=dev bash scripts/fuzz.sh $(TEST_FUZZ_SECONDS)
+# What CI runs: lint, the debug build, the tests with the release build and packages made
+# in the background at the lowest priority, then the package tests, the engine tests
+# again against the static runtime and hook, and a fuzz smoke run (scripts/test.sh).
+test:
+	TEST_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) CARGO=$(CARGO) bash scripts/test.sh
 
 # Seconds per fuzz target in `make test`.
 TEST_FUZZ_SECONDS ?= 3
