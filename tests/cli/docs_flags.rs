@@ -4,6 +4,8 @@
 //! Where the names come from (the source of truth, never a list kept here):
 //! - `nvshim`: its clap command (`CommandFactory`), every subcommand, long names and
 //!   aliases;
+//! - NVIDIA's names of the `nvshim` binary (`nvidia-ctk`, `nvidia-cdi-hook`,
+//!   `nvidia-container-cli`): their clap commands, on one page;
 //! - `nvidia-device-plugin`: the built binary's `--help`, found in the target directory
 //!   this test runs from (the binary may live in another workspace crate);
 //! - `nvidia-container-runtime-hook`: the valid sets its own parse errors name;
@@ -31,6 +33,7 @@ use clap::CommandFactory;
 const RUNTIME_PAGE: &str = "docs/runtime.md";
 const HOOK_PAGE: &str = "docs/hook.md";
 const CLI_PAGE: &str = "docs/cli.md";
+const NVIDIA_TOOLS_PAGE: &str = "docs/nvidia-tools.md";
 const PLUGIN_PAGE: &str = "docs/configuration.md";
 const CONFIG_PAGE: &str = "docs/configuration.md";
 
@@ -253,6 +256,14 @@ fn nvshim_flags() -> BTreeSet<String> {
     without_builtins(flags)
 }
 
+/// `nvidia-ctk` and `nvidia-cdi-hook` (the same hooks as `nvidia-ctk hook`).
+fn nvidia_tools_flags() -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    clap_flags(&nvshim::ctk::Ctk::command(), &mut flags);
+    clap_flags(&nvshim::ctk::CdiHook::command(), &mut flags);
+    without_builtins(flags)
+}
+
 fn plugin_flags() -> BTreeSet<String> {
     let bin = target_bin_dir().join("nvidia-device-plugin");
     assert!(
@@ -430,6 +441,15 @@ fn nvshim_flags_are_documented() {
         "nvshim",
         &nvshim_flags(),
         &documented_flags(CLI_PAGE),
+    ));
+}
+
+#[test]
+fn nvidia_tools_flags_are_documented() {
+    assert_none(compare(
+        "nvidia-ctk, nvidia-cdi-hook",
+        &nvidia_tools_flags(),
+        &documented_flags(NVIDIA_TOOLS_PAGE),
     ));
 }
 
