@@ -15,7 +15,8 @@ fn parse(args: &str) -> Result<ContainerCli, clap::Error> {
 #[test]
 fn nvidia_global_options_parse_as_argp_takes_them() {
     // (case, argv, check)
-    let cases: [(&str, &str, fn(&ContainerCli) -> bool); 7] = [
+    type Check = fn(&ContainerCli) -> bool;
+    let cases: [(&str, &str, Check); 7] = [
         (
             "hook's line",
             "--load-kmods --debug=/dev/stderr --ldcache=/etc/ld.so.cache --user=0:0 --root=/run/nvidia/driver --no-pivot --no-create-imex-channels info",
