@@ -38,14 +38,17 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct HostArgs {
     /// Root of the driver's files (a driver container mounts it at /run/nvidia/driver).
-    #[arg(long, global = true, default_value = "/", env = "NVIDIA_DRIVER_ROOT")]
-    pub driver_root: PathBuf,
+    /// Default: config.toml's [nvidia-container-cli] root, else /.
+    #[arg(long, global = true, env = "NVIDIA_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
     /// Root under which dev/nvidia* live.
-    #[arg(long, global = true, default_value = "/", env = "NVIDIA_DEV_ROOT")]
-    pub dev_root: PathBuf,
+    /// Default: config.toml's [nvidia-container-cli] dev-root, else the driver root.
+    #[arg(long, global = true, env = "NVIDIA_DEV_ROOT")]
+    pub dev_root: Option<PathBuf>,
     /// Root under which proc/driver/nvidia lives.
-    #[arg(long, global = true, default_value = "/")]
-    pub proc_root: PathBuf,
+    /// Default: config.toml's [nvshim] proc-root, else /.
+    #[arg(long, global = true)]
+    pub proc_root: Option<PathBuf>,
     /// Where GPU information comes from: procfs (fast, no library loaded), nvml, or
     /// auto (list: procfs unless MIG devices are involved; info: nvml, else procfs).
     #[arg(long, global = true, default_value = "auto")]
@@ -56,12 +59,48 @@ pub struct HostArgs {
 }
 
 impl HostArgs {
+    /// The roots given; `/` for one not given (see [`HostArgs::with_config_roots`] for
+    /// the file's).
     pub fn roots(&self) -> Roots {
+        let or_slash = |root: &Option<PathBuf>| root.clone().unwrap_or_else(|| "/".into());
         Roots {
-            driver: self.driver_root.clone(),
-            dev: self.dev_root.clone(),
-            proc: self.proc_root.clone(),
+            driver: or_slash(&self.driver_root),
+            dev: or_slash(&self.dev_root),
+            proc: or_slash(&self.proc_root),
         }
+    }
+
+    /// Fills the roots no flag or env gave from config.toml, found as the runtime finds
+    /// it (`env` looks up `NVIDIA_CTK_CONFIG_FILE_PATH` and `XDG_CONFIG_HOME`): the
+    /// driver root from `[nvidia-container-cli] root`, the dev root from `dev-root`
+    /// (else the file's driver root), the proc root from `[nvshim] proc-root`. The
+    /// file is read only when a root is missing; a file that cannot be read or parsed
+    /// is an error, never a silent `/`.
+    pub fn with_config_roots(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<HostArgs, crate::config::ConfigError> {
+        if self.driver_root.is_some() && self.dev_root.is_some() && self.proc_root.is_some() {
+            return Ok(self.clone());
+        }
+        let loaded = crate::config::load(env)?;
+        for key in &loaded.unknown_keys {
+            tracing::warn!(path = %loaded.path.display(), "unknown config key {key}, ignored");
+        }
+        let file = &loaded.config;
+        tracing::debug!(path = %loaded.path.display(), from_file = loaded.from_file, "roots not given filled from the config");
+        Ok(HostArgs {
+            driver_root: self
+                .driver_root
+                .clone()
+                .or_else(|| Some(file.driver_root())),
+            dev_root: self.dev_root.clone().or_else(|| Some(file.dev_root())),
+            proc_root: self
+                .proc_root
+                .clone()
+                .or_else(|| Some(file.nvshim.proc_root.clone())),
+            ..self.clone()
+        })
     }
 
     pub fn source(&self) -> Source {
@@ -123,6 +162,8 @@ pub enum Command {
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
     Inventory(#[from] crate::inventory::InventoryError),
     #[error(transparent)]
     Pipeline(#[from] crate::pipeline::PipelineError),
@@ -167,12 +208,18 @@ impl From<crate::files::write::WriteError> for CliError {
 /// Runs one command, writing its output to `out`.
 pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
     match &cli.command {
-        Command::Info(args) => info::run(&cli.host, args, out),
-        Command::List(args) => list::run(&cli.host, args, out),
+        Command::Info(args) => info::run(&host_from_config(&cli.host)?, args, out),
+        Command::List(args) => list::run(&host_from_config(&cli.host)?, args, out),
         Command::Configure(args) => configure::run(args, out),
-        Command::Doctor(args) => doctor::run(&cli.host, args, out),
+        Command::Doctor(args) => doctor::run(&host_from_config(&cli.host)?, args, out),
         Command::Cdi(args) => cdi::run(&cli.host, args, out),
         Command::Hook(args) => hook::run(args),
         Command::Labels(args) => labels::run(&cli.host, args, out),
     }
+}
+
+/// `info`, `list` and `doctor` look at the node the runtime serves: roots no flag gives
+/// come from the runtime's config file.
+fn host_from_config(host: &HostArgs) -> Result<HostArgs, CliError> {
+    Ok(host.with_config_roots(|key| std::env::var(key).ok())?)
 }

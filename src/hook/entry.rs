@@ -34,6 +34,10 @@ use crate::pipeline::NvmlAccess;
 use super::privileges::{self, Stage};
 use super::{HookOutcome, link, params};
 
+/// What `-help` prints, and a missing stage.
+const USAGE: &str = "usage: nvidia-container-runtime-hook [-config FILE] [-debug] \
+                     prestart|poststart|poststop (reads the OCI state on stdin)";
+
 /// The OCI state is small; anything larger is not one.
 const MAX_STATE: u64 = 1 << 20;
 
@@ -44,6 +48,8 @@ pub struct Args {
     pub config: Option<String>,
     pub debug: bool,
     pub version: bool,
+    /// `-help`/`-h`: print the usage and exit 0, as Go's flag package does.
+    pub help: bool,
     pub stage: Option<String>,
     /// What follows the stage (`link-driver`'s `--link`/`--ldcache`).
     pub rest: Vec<String>,
@@ -70,9 +76,10 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             }
             "debug" => parsed.debug = value.is_none_or(|v| v != "false"),
             "version" => parsed.version = true,
+            "help" | "h" => parsed.help = true,
             other => {
                 return Err(format!(
-                    "unknown flag -{other} (valid: -config, -debug, -version)"
+                    "unknown flag -{other} (valid: -config, -debug, -version, -help, -h)"
                 ));
             }
         }
@@ -93,6 +100,10 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
     };
     if args.version {
         eprintln!("{NAME} (nvshim) {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if args.help {
+        eprintln!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     // The createContainer stages run with the env our specs give them (PATH only): a
@@ -136,12 +147,7 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
                  {LINK_DRIVER}, {DISABLE_DEVICE_NODE_MODIFICATION})"
             ));
         }
-        None => {
-            return failure(&format!(
-                "usage: {NAME} [-config FILE] [-debug] prestart|poststart|poststop \
-                 (reads the OCI state on stdin)"
-            ));
-        }
+        None => return failure(USAGE),
     }
     // `-config` names the file as NVIDIA_CTK_CONFIG_FILE_PATH would (a missing file is
     // then an error).
@@ -287,6 +293,9 @@ mod tests {
         assert_eq!(a.config.as_deref(), Some("/c.toml"));
         assert_eq!(a.stage.as_deref(), Some("poststop"));
         assert!(args(&["-version"]).unwrap().version);
+        for help in ["-h", "--help", "-help"] {
+            assert!(args(&[help]).unwrap().help, "{help}");
+        }
         assert!(args(&["-bogus", "prestart"]).is_err());
         assert!(args(&["-config"]).is_err());
         let a = args(&["link-driver", "--link", "a::/b"]).unwrap();

@@ -35,6 +35,9 @@ pub struct Invocation {
     pub log: Option<PathBuf>,
     /// runc's `--log-format` (`text` or `json`).
     pub log_format: Option<String>,
+    /// runc's `--version`/`-v` before the subcommand: the shim prints its own version
+    /// first.
+    pub version: bool,
 }
 
 impl Invocation {
@@ -94,6 +97,7 @@ pub fn scan(args: &[String]) -> Result<Invocation, ArgsError> {
         match (name, value) {
             ("log", Some(v)) => inv.log = Some(PathBuf::from(v)),
             ("log-format", Some(v)) => inv.log_format = Some(v),
+            ("version" | "v", None) => inv.version = true,
             _ => {}
         }
         i += 1;
@@ -272,6 +276,23 @@ mod tests {
         );
         assert_eq!(inv.log_format.as_deref(), Some("json"));
         assert!(!inv.creates_container());
+    }
+
+    #[test]
+    fn version_is_runcs_global_flag_only() {
+        for (line, version) in [
+            ("--version", true),
+            ("-v", true),
+            ("--root /r -version", true),
+            ("exec cid app --version", false),
+            ("state cid", false),
+        ] {
+            assert_eq!(
+                scan(&argv(line)).unwrap_or_default().version,
+                version,
+                "case {line}"
+            );
+        }
     }
 
     #[test]

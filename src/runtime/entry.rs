@@ -30,6 +30,10 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
     // A command line we cannot read is runc's to reject: pass it through.
     let invocation = args::scan(&lossy).unwrap_or_default();
     let fail = |message: String| fail(&invocation, &message);
+    // `--version`: ours first, then runc's (the one write to stdout), as NVIDIA's does.
+    if invocation.version {
+        print_version();
+    }
 
     let loaded = config::load(|key| std::env::var(key).ok());
     let config = match (&loaded, invocation.creates_container()) {
@@ -93,8 +97,25 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         }
     }
 
+    if invocation.version {
+        println!();
+    }
     let err = lowlevel::exec(&runc, &raw);
     fail(format!("{ERROR_PREFIX}: {err}"))
+}
+
+/// NVIDIA's version block: `NVIDIA Container Runtime version X`, the build's commit
+/// when the build was given one, and the OCI runtime-spec version of the fragments we
+/// write. Rust's stdout flushes each line, so nothing is lost to the `exec`.
+fn print_version() {
+    println!(
+        "NVIDIA Container Runtime version {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(commit) = option_env!("NVSHIM_GIT_COMMIT") {
+        println!("commit: {commit}");
+    }
+    println!("spec: {}", oci_spec::runtime::VERSION);
 }
 
 /// `nvshim` in the directory of the running binary.

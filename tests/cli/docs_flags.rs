@@ -314,6 +314,8 @@ const RUNC_FLAGS: &[&str] = &[
     "d",
     "keep",
     "no-subreaper",
+    "version",
+    "v",
 ];
 
 /// Whether the shim reads runc flag `name` (given before or after `create`).

@@ -17,4 +17,5 @@ mod docs_flags;
 mod doctor;
 mod info_list;
 mod labels;
+mod nvidia_names;
 mod packages;

@@ -100,10 +100,11 @@ fn summary(problems: &[Problem]) -> String {
 /// spec is regenerated from the same driver it was checked against.
 fn regenerate(host: &HostArgs, file: &Path) -> String {
     let mut cmd = format!("nvshim cdi generate --output {}", shell_word(file));
+    let roots = host.roots();
     for (flag, root) in [
-        ("--driver-root", &host.driver_root),
-        ("--dev-root", &host.dev_root),
-        ("--proc-root", &host.proc_root),
+        ("--driver-root", &roots.driver),
+        ("--dev-root", &roots.dev),
+        ("--proc-root", &roots.proc),
     ] {
         if root.as_path() != Path::new("/") {
             cmd.push_str(&format!(" {flag} {}", shell_word(root)));
@@ -516,9 +517,9 @@ mod tests {
     #[test]
     fn the_fix_repeats_the_roots_doctor_was_given() {
         let mut host = HostArgs {
-            driver_root: "/".into(),
-            dev_root: "/".into(),
-            proc_root: "/".into(),
+            driver_root: Some("/".into()),
+            dev_root: None,
+            proc_root: Some("/".into()),
             backend: Default::default(),
             nvml_lib: None,
         };
@@ -527,8 +528,8 @@ mod tests {
             regenerate(&host, file),
             "nvshim cdi generate --output /etc/cdi/nvidia.yaml"
         );
-        host.driver_root = "/run/nvidia/driver".into();
-        host.dev_root = "/my node".into();
+        host.driver_root = Some("/run/nvidia/driver".into());
+        host.dev_root = Some("/my node".into());
         assert_eq!(
             regenerate(&host, file),
             "nvshim cdi generate --output /etc/cdi/nvidia.yaml \

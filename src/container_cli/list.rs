@@ -1,0 +1,210 @@
+//! `nvidia-container-cli list`: the driver's components, one absolute path a line, in
+//! NVIDIA's order: device nodes, binaries, libraries (64-bit, then 32-bit), IPC
+//! endpoints, firmware. Found by the discovery the runtime uses, for every capability
+//! (NVIDIA's list does not filter by capability either); only what exists is listed.
+//!
+//! With no option at all it lists everything for all GPUs; otherwise only what the
+//! options ask for, and device nodes only with `--device`. Device nodes are printed as
+//! the `/dev/…` paths a container sees them under (as NVIDIA's are); files with their
+//! host paths, driver root included.
+
+use std::io::Write;
+
+use clap::Args;
+
+use super::ContainerCliError;
+use crate::discover::{self, FileKind, HostResources, Want};
+use crate::inventory::{Backend, Source};
+use crate::pipeline::{self, CdiFiles, Context, NvmlAccess};
+use crate::request::{Capability, DeviceList, DriverCapabilities, Request};
+use crate::roots::Roots;
+use crate::select;
+
+/// Where NVIDIA's tool says IMEX channel `N` is.
+const IMEX_CHANNEL_DIR: &str = "/dev/nvidia-caps-imex-channels";
+
+#[derive(Debug, Default, Args)]
+pub struct ListArgs {
+    /// Device UUID(s) or index(es) to list; repeat or separate with commas.
+    #[arg(long, short = 'd', value_name = "ID")]
+    pub device: Vec<String>,
+    /// List driver libraries.
+    #[arg(long, short = 'l')]
+    pub libraries: bool,
+    /// List driver binaries.
+    #[arg(long, short = 'b')]
+    pub binaries: bool,
+    /// List driver ipcs.
+    #[arg(long, short = 'i')]
+    pub ipcs: bool,
+    /// List driver firmwares.
+    #[arg(long, short = 'f')]
+    pub firmwares: bool,
+    /// Enable 32bits compatibility.
+    #[arg(long)]
+    pub compat32: bool,
+    /// MIG devices to list config capabilities files for (not supported yet).
+    #[arg(long, value_name = "ID")]
+    pub mig_config: Vec<String>,
+    /// MIG devices to list monitor capabilities files for (not supported yet).
+    #[arg(long, value_name = "ID")]
+    pub mig_monitor: Vec<String>,
+    /// IMEX channel ID(s) to inject.
+    #[arg(long, value_name = "CHANNEL")]
+    pub imex_channel: Vec<String>,
+    /// Don't include the NVIDIA persistenced socket.
+    #[arg(long)]
+    pub no_persistenced: bool,
+    /// Don't include the NVIDIA fabricmanager socket.
+    #[arg(long)]
+    pub no_fabricmanager: bool,
+}
+
+/// What to print, after NVIDIA's defaulting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Selected {
+    /// `None`: no device nodes.
+    pub devices: Option<String>,
+    pub libraries: bool,
+    pub binaries: bool,
+    pub ipcs: bool,
+    pub firmwares: bool,
+    pub compat32: bool,
+}
+
+/// NVIDIA's rule: no option at all (an `--imex-channel` aside) means everything, for
+/// all devices.
+pub(super) fn selected(args: &ListArgs) -> Selected {
+    let nothing = args.device.is_empty()
+        && !args.libraries
+        && !args.binaries
+        && !args.ipcs
+        && !args.firmwares
+        && !args.compat32
+        && args.mig_config.is_empty()
+        && args.mig_monitor.is_empty()
+        && !args.no_persistenced
+        && !args.no_fabricmanager;
+    if nothing {
+        return Selected {
+            devices: Some("all".to_owned()),
+            libraries: true,
+            binaries: true,
+            ipcs: true,
+            firmwares: true,
+            compat32: true,
+        };
+    }
+    Selected {
+        devices: (!args.device.is_empty()).then(|| args.device.join(",")),
+        libraries: args.libraries,
+        binaries: args.binaries,
+        ipcs: args.ipcs,
+        firmwares: args.firmwares,
+        compat32: args.compat32,
+    }
+}
+
+pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), ContainerCliError> {
+    if !args.mig_config.is_empty() {
+        return Err(ContainerCliError::MigCapabilities { flag: "mig-config" });
+    }
+    if !args.mig_monitor.is_empty() {
+        return Err(ContainerCliError::MigCapabilities {
+            flag: "mig-monitor",
+        });
+    }
+    let channels = imex_channels(&args.imex_channel)?;
+    let what = selected(args);
+    let devices = match &what.devices {
+        Some(list) => list.parse::<DeviceList>()?,
+        None => DeviceList::None,
+    };
+    let capabilities = Capability::ALL
+        .into_iter()
+        .filter(|c| what.compat32 || *c != Capability::Compat32)
+        .fold(DriverCapabilities::EMPTY, DriverCapabilities::with);
+    let request = Request::new(devices, capabilities);
+    let ctx = Context {
+        roots: roots.clone(),
+        source: Source {
+            backend: Backend::Auto,
+            nvml_library: None,
+        },
+        nvml: NvmlAccess::InProcess,
+        cdi: CdiFiles::Never,
+    };
+    let (_, inventory) = pipeline::load_inventory(&ctx, &request)?;
+    let selection = select::resolve(&request.devices, &inventory)?;
+    let resources = discover::discover(
+        roots,
+        Want {
+            driver_version: &inventory.driver.version,
+            capabilities,
+            selection: &selection,
+        },
+    )?;
+    write(&what, &channels, args, &resources, out)?;
+    Ok(())
+}
+
+fn imex_channels(values: &[String]) -> Result<Vec<u32>, ContainerCliError> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|id| {
+            id.trim()
+                .parse::<u32>()
+                .map_err(|_| ContainerCliError::ImexChannel(id.to_owned()))
+        })
+        .collect()
+}
+
+pub(super) fn write(
+    what: &Selected,
+    channels: &[u32],
+    args: &ListArgs,
+    resources: &HostResources,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    if what.devices.is_some() {
+        for node in &resources.device_nodes {
+            writeln!(out, "{}", node.path.display())?;
+        }
+    }
+    for id in channels {
+        writeln!(out, "{IMEX_CHANNEL_DIR}/channel{id}")?;
+    }
+    let files = |kinds: &'static [FileKind]| {
+        resources
+            .files
+            .iter()
+            .filter(move |f| kinds.contains(&f.kind))
+    };
+    if what.binaries {
+        for file in files(&[FileKind::Binary]) {
+            writeln!(out, "{}", file.host_path.display())?;
+        }
+    }
+    if what.libraries {
+        for file in files(&[FileKind::Library]) {
+            writeln!(out, "{}", file.host_path.display())?;
+        }
+    }
+    if what.ipcs {
+        for file in files(&[FileKind::Socket, FileKind::IpcDir]) {
+            let path = file.host_path.to_string_lossy();
+            let left_out = (args.no_persistenced && path.contains("nvidia-persistenced"))
+                || (args.no_fabricmanager && path.contains("nvidia-fabricmanager"));
+            if !left_out {
+                writeln!(out, "{path}")?;
+            }
+        }
+    }
+    if what.firmwares {
+        for file in files(&[FileKind::Firmware]) {
+            writeln!(out, "{}", file.host_path.display())?;
+        }
+    }
+    Ok(())
+}
