@@ -256,11 +256,13 @@ fn nvshim_flags() -> BTreeSet<String> {
     without_builtins(flags)
 }
 
-/// `nvidia-ctk` and `nvidia-cdi-hook` (the same hooks as `nvidia-ctk hook`).
+/// `nvidia-ctk`, `nvidia-cdi-hook` (the same hooks as `nvidia-ctk hook`) and
+/// `nvidia-container-cli`.
 fn nvidia_tools_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     clap_flags(&nvshim::ctk::Ctk::command(), &mut flags);
     clap_flags(&nvshim::ctk::CdiHook::command(), &mut flags);
+    clap_flags(&nvshim::container_cli::ContainerCli::command(), &mut flags);
     without_builtins(flags)
 }
 
@@ -449,7 +451,7 @@ fn nvshim_flags_are_documented() {
 #[test]
 fn nvidia_tools_flags_are_documented() {
     assert_none(compare(
-        "nvidia-ctk, nvidia-cdi-hook",
+        "nvidia-ctk, nvidia-cdi-hook, nvidia-container-cli",
         &nvidia_tools_flags(),
         &documented_flags(NVIDIA_TOOLS_PAGE),
     ));
