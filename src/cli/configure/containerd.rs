@@ -35,8 +35,8 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Item, Table, TableLike, Value, value};
 
 use super::toml_tables::{
-    child, child_existing, clean_copy, descend, is_inline, kind, lookup, prune, set_bool, set_str,
-    shaped, start_document, table_like, toml_error,
+    child, child_existing, clean_copy, descend, is_inline, kind, lookup, prune, relayout, set_bool,
+    set_str, shaped, start_document, table_like, toml_error,
 };
 use super::{Action, ConfigureError, Edited, Outcome};
 
@@ -135,12 +135,13 @@ pub(crate) fn edit(
     })
 }
 
-/// The drop-in for a version 2 or 3 `source` (the engine's config, or `containerd config dump`):
-/// `version`, the source's CRI plugin table (see the module docs for why all of it) and the
-/// runtime added to it. `old` is the drop-in as it is now, for "nothing to do".
+/// The drop-in for a version 2 or 3 `source` (the engine's config, or `containerd config dump`
+/// when `dumped`): `version`, the source's CRI plugin table (see the module docs for why all of
+/// it) and the runtime added to it. `old` is the drop-in as it is now, for "nothing to do".
 pub(crate) fn drop_in(
     source: Option<&str>,
     source_file: &Path,
+    dumped: bool,
     old: Option<&str>,
     drop_in_file: &Path,
     action: Action<'_>,
@@ -165,14 +166,21 @@ pub(crate) fn drop_in(
         ));
     }
     if let Some(cri) = src.get("plugins").and_then(|p| p.get(plugin)) {
+        let mut cri = cri.clone();
+        if let Item::Table(t) = &mut cri {
+            relayout(t);
+        }
         let mut plugins = Table::new();
         plugins.set_implicit(true);
-        plugins.insert(plugin, cri.clone());
+        plugins.insert(plugin, cri);
         doc.insert("plugins", Item::Table(plugins));
     }
     let mut notes = Vec::new();
     add(&mut doc, schema, action, drop_in_file, &mut notes)?;
-    notes.extend(warnings(&src, schema, source_file, Some(drop_in_file)));
+    if !dumped {
+        // A dump is the merged config: its `imports` are already in it.
+        notes.extend(warnings(&src, schema, source_file, Some(drop_in_file)));
+    }
     let new = doc.to_string();
     let outcome = if old == Some(new.as_str()) {
         Outcome::Unchanged

@@ -262,7 +262,8 @@ fn containerd_plan(
         return Ok(());
     }
     let text = old.as_ref().map(|e| e.text.as_str());
-    let edited = containerd::drop_in(source.as_deref(), &label, text, &file, action)?;
+    let dumped = matches!(request.source, Source::Command { .. });
+    let edited = containerd::drop_in(source.as_deref(), &label, dumped, text, &file, action)?;
     notes.extend(edited.notes);
     let import = containerd::add_import(top, &config, &pattern, schema.version())?;
     changes.push(Change::new(file, old, edited.outcome, false));

@@ -305,3 +305,30 @@ pub(super) fn prune(root: &mut Item, keys: &[&str]) {
         parent.remove(last[0]);
     }
 }
+
+/// `table` and the tables under it laid out afresh (no indentation, a blank line before each
+/// header), keeping only the comment lines of what precedes each header and key: a table copied
+/// from one file into another, whose old indentation means nothing there.
+pub(super) fn relayout(table: &mut Table) {
+    let comments = comment_lines(table.decor().prefix().and_then(|p| p.as_str()));
+    let decor = table.decor_mut();
+    decor.set_prefix(format!("\n{comments}"));
+    decor.set_suffix("");
+    for (mut key, item) in table.iter_mut() {
+        let comments = comment_lines(key.leaf_decor().prefix().and_then(|p| p.as_str()));
+        key.leaf_decor_mut().set_prefix(comments);
+        if let Item::Table(t) = item {
+            relayout(t);
+        }
+    }
+}
+
+/// The comment lines of `text`, unindented, each with its newline.
+fn comment_lines(text: Option<&str>) -> String {
+    text.unwrap_or("")
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
