@@ -144,7 +144,10 @@ fn configure(
         }
     };
     if mode == Mode::OciHook {
-        warn(global, &["the oci-hook config mode is deprecated".to_owned()]);
+        warn(
+            global,
+            &["the oci-hook config mode is deprecated".to_owned()],
+        );
         return write_hook(args, out);
     }
     let request = request(args, &mut warnings)?;
@@ -214,9 +217,8 @@ fn request(args: &ConfigureArgs, warnings: &mut Vec<String>) -> Result<Request, 
             ));
         }
         if source != Source::File {
-            warnings.push(
-                "a command config source is not supported for docker; using file".to_owned(),
-            );
+            warnings
+                .push("a command config source is not supported for docker; using file".to_owned());
             source = Source::File;
         }
     }

@@ -147,7 +147,9 @@ pub(crate) fn drop_in(
     action: Action<'_>,
 ) -> Result<Edited, ConfigureError> {
     let text = source.unwrap_or("");
-    let src: DocumentMut = text.parse().map_err(|e| toml_error(&e, text, source_file))?;
+    let src: DocumentMut = text
+        .parse()
+        .map_err(|e| toml_error(&e, text, source_file))?;
     let schema = if src.as_table().is_empty() {
         Schema::V2
     } else {
@@ -433,12 +435,7 @@ fn is_builtin_runc(item: &Item) -> bool {
 
 /// Things that make the new entry useless or surprising: the CRI plugin switched off, other
 /// files imported on top of this one.
-fn warnings(
-    doc: &DocumentMut,
-    schema: Schema,
-    file: &Path,
-    drop_in: Option<&Path>,
-) -> Vec<String> {
+fn warnings(doc: &DocumentMut, schema: Schema, file: &Path, drop_in: Option<&Path>) -> Vec<String> {
     let mut notes = Vec::new();
     let disabled = doc
         .get("disabled_plugins")

@@ -43,7 +43,9 @@ pub(crate) fn drop_in(
             ..
         } => {
             let text = source.unwrap_or("");
-            let src: DocumentMut = text.parse().map_err(|e| toml_error(&e, text, source_file))?;
+            let src: DocumentMut = text
+                .parse()
+                .map_err(|e| toml_error(&e, text, source_file))?;
             let new = drop_in_text(name, path, set_as_default, template(&src, name));
             if old == Some(new.as_str()) {
                 Outcome::Unchanged

@@ -270,7 +270,10 @@ pub enum ConfigureError {
     )]
     ContainerdVersion { path: PathBuf, version: String },
     #[error("cannot read {engine}'s config from the engine (--config-source=command): {reason}")]
-    ConfigSource { engine: &'static str, reason: String },
+    ConfigSource {
+        engine: &'static str,
+        reason: String,
+    },
     #[error("{engine} takes no drop-in config (asked for {path}); it has one config file")]
     DropInUnsupported { engine: &'static str, path: PathBuf },
     #[error("{what} {path:?} is not an absolute path")]

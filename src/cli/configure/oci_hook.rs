@@ -31,9 +31,10 @@ pub fn hook_json(hook_path: &str) -> String {
     {
         dirs.push(dir);
     }
-    let name = path
-        .file_name()
-        .map_or_else(|| hook_path.to_owned(), |n| n.to_string_lossy().into_owned());
+    let name = path.file_name().map_or_else(
+        || hook_path.to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let hook = json!({
         "version": "1.0.0",
         "hook": {

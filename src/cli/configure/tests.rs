@@ -245,9 +245,8 @@ fn crio_drop_in() {
         doc["crio"]["runtime"]["runtimes"]["gpu.fast"]["runtime_path"].as_str(),
         Some("/opt/a \"b\"")
     );
-    let drop_in = |old: Option<&str>, action| {
-        crio::drop_in(None, file(), old, action).unwrap().outcome
-    };
+    let drop_in =
+        |old: Option<&str>, action| crio::drop_in(None, file(), old, action).unwrap().outcome;
     assert_eq!(drop_in(Some(&plain), add(false)), Outcome::Unchanged);
     assert_eq!(drop_in(Some(&plain), UNDO), Outcome::Remove);
     assert_eq!(drop_in(None, UNDO), Outcome::Unchanged);
@@ -277,8 +276,14 @@ fn crio_drop_in_copies_the_default_runtime() {
         Some("/usr/libexec/crio/conmon"),
         "{out}"
     );
-    assert!(!out.contains("the distribution's"), "comments stay behind: {out}");
-    assert!(doc["crio"]["runtime"]["runtimes"].get("crun").is_none(), "{out}");
+    assert!(
+        !out.contains("the distribution's"),
+        "comments stay behind: {out}"
+    );
+    assert!(
+        doc["crio"]["runtime"]["runtimes"].get("crun").is_none(),
+        "{out}"
+    );
 
     // In place: the main config gets the same entry, and undo takes it out again.
     let edited = written(
@@ -286,7 +291,10 @@ fn crio_drop_in_copies_the_default_runtime() {
         "in place",
     );
     let doc: toml::Table = edited.parse().unwrap();
-    assert_eq!(doc["crio"]["runtime"]["default_runtime"].as_str(), Some("nvidia"));
+    assert_eq!(
+        doc["crio"]["runtime"]["default_runtime"].as_str(),
+        Some("nvidia")
+    );
     assert_eq!(
         doc["crio"]["runtime"]["runtimes"]["nvidia"]["runtime_root"].as_str(),
         Some("/run/crun")
@@ -296,8 +304,14 @@ fn crio_drop_in_copies_the_default_runtime() {
         "undo",
     );
     let doc: toml::Table = undone.parse().unwrap();
-    assert!(doc["crio"]["runtime"]["runtimes"].get("nvidia").is_none(), "{undone}");
-    assert!(doc["crio"]["runtime"].get("default_runtime").is_none(), "{undone}");
+    assert!(
+        doc["crio"]["runtime"]["runtimes"].get("nvidia").is_none(),
+        "{undone}"
+    );
+    assert!(
+        doc["crio"]["runtime"].get("default_runtime").is_none(),
+        "{undone}"
+    );
 }
 
 #[test]
