@@ -168,7 +168,7 @@ pub struct RuntimeArgs {
     pub set_as_default: bool,
     /// Switch on the engine's CDI support too (docker `features.cdi`, containerd `enable_cdi`;
     /// CRI-O has it on already).
-    #[arg(long, visible_aliases = ["cdi.enabled", "enable-cdi"], conflicts_with = "undo")]
+    #[arg(long, visible_alias = "enable-cdi", conflicts_with = "undo")]
     pub cdi_enabled: bool,
     /// Print the change as a diff and write nothing.
     #[arg(long)]
