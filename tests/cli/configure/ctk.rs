@@ -133,36 +133,115 @@ fn ctk_containerd_drop_in_for_every_fixture() {
         assert_eq!(fs::read_to_string(&config).unwrap(), top, "{name}: again");
 
         if plugin == CRI_V2 {
-            let out = Command::new("containerd")
-                .args(["--config", s(&config), "config", "dump"])
-                .output()
-                .unwrap();
-            let (dump, err) = text(&out);
-            assert!(out.status.success(), "{name}: {err}");
-            let dumped: toml::Table = dump.parse().unwrap();
-            let runtimes = ["plugins", CRI_V2, "containerd", "runtimes"];
-            let binary = toml_at(
-                &dumped,
-                &[&runtimes[..], &["nvidia", "options", "BinaryName"]].concat(),
-            );
-            assert_eq!(
-                binary.and_then(|v| v.as_str()),
-                Some(runtime.as_str()),
-                "{name}"
-            );
-            let runc = toml_at(&dumped, &[&runtimes[..], &["runc"]].concat());
-            assert!(runc.is_some(), "{name}: runc survives the import\n{dump}");
-            // The file's own CRI settings survive too (containerd 1.x replaces the table).
-            if name == "debian-bookworm.toml" {
-                let bin_dir = toml_at(&dumped, &["plugins", CRI_V2, "cni", "bin_dir"]);
-                assert_eq!(
-                    bin_dir.and_then(|v| v.as_str()),
-                    Some("/usr/lib/cni"),
-                    "{name}"
-                );
-            }
+            dump_sees_the_runtime(&config, name, &runtime);
         }
+
+        // `nvshim configure --undo` on the same drop-in: the file gone, the import too (its
+        // directory holds nothing else); `imports = []` is not kept.
+        ok(
+            &[
+                "containerd",
+                "--config",
+                s(&config),
+                "--drop-in-config",
+                s(&drop_in),
+                "--undo",
+            ],
+            name,
+        );
+        assert!(!drop_in.exists(), "{name}");
+        assert_eq!(
+            fs::read_to_string(&config).unwrap(),
+            original.replacen("imports = []\n", "", 1),
+            "{name}: undo"
+        );
     }
+}
+
+/// containerd's own parser on a config that imports the drop-in.
+fn dump_sees_the_runtime(config: &Path, name: &str, runtime: &str) {
+    let out = Command::new("containerd")
+        .args(["--config", s(config), "config", "dump"])
+        .output()
+        .unwrap();
+    let (dump, err) = text(&out);
+    assert!(out.status.success(), "{name}: {err}");
+    let dumped: toml::Table = dump.parse().unwrap();
+    let runtimes = ["plugins", CRI_V2, "containerd", "runtimes"];
+    let binary = toml_at(
+        &dumped,
+        &[&runtimes[..], &["nvidia", "options", "BinaryName"]].concat(),
+    );
+    assert_eq!(binary.and_then(|v| v.as_str()), Some(runtime), "{name}");
+    let runc = toml_at(&dumped, &[&runtimes[..], &["runc"]].concat());
+    assert!(runc.is_some(), "{name}: runc survives the import\n{dump}");
+    // The file's own CRI settings survive too (containerd 1.x replaces the table).
+    if name == "debian-bookworm.toml" {
+        let bin_dir = toml_at(&dumped, &["plugins", CRI_V2, "cni", "bin_dir"]);
+        assert_eq!(
+            bin_dir.and_then(|v| v.as_str()),
+            Some("/usr/lib/cni"),
+            "{name}"
+        );
+    }
+}
+
+/// `--config-source=command`: the drop-in is built from containerd's merged view of its config
+/// (`containerd config dump`), defaults included; CRI-O's commands missing here, it says so.
+#[test]
+fn ctk_config_source_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    fs::copy(fixture("containerd", "debian-bookworm.toml"), &config).unwrap();
+    let drop_in = dir.path().join("conf.d/99-nvidia.toml");
+    ctk_ok(
+        &[
+            "--runtime=containerd",
+            "--config",
+            s(&config),
+            "--drop-in-config",
+            s(&drop_in),
+            "--config-source=command",
+            "--executable-path=/usr/bin/containerd",
+        ],
+        "command",
+    );
+    let doc: toml::Table = fs::read_to_string(&drop_in).unwrap().parse().unwrap();
+    let cri = ["plugins", CRI_V2];
+    let at = |tail: &[&str]| {
+        toml_at(&doc, &[&cri[..], tail].concat()).and_then(|v| v.as_str().map(str::to_owned))
+    };
+    assert_eq!(
+        at(&["cni", "bin_dir"]).as_deref(),
+        Some("/usr/lib/cni"),
+        "the file's"
+    );
+    assert!(
+        at(&["sandbox_image"]).is_some(),
+        "containerd's default, from the dump"
+    );
+    assert_eq!(
+        at(&["containerd", "runtimes", "nvidia", "options", "BinaryName"]).as_deref(),
+        Some("/usr/bin/nvidia-container-runtime")
+    );
+    dump_sees_the_runtime(&config, "command", "/usr/bin/nvidia-container-runtime");
+
+    let out = ctk(&[
+        "runtime",
+        "configure",
+        "--runtime=crio",
+        "--config-source=command",
+        "--executable-path=/nonexistent/crio",
+        "--dry-run",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out).1;
+    assert!(
+        stderr.contains("cannot read CRI-O's config from the engine")
+            && stderr.contains("/nonexistent/crio status config")
+            && stderr.contains("crio-status config"),
+        "{stderr}"
+    );
 }
 
 /// `--drop-in-config=""` edits the config itself, exactly as `nvshim configure containerd`
