@@ -1,17 +1,19 @@
 //! containerd's `config.toml`: a runtime for the CRI plugin, edited with `toml_edit` so that
-//! comments, formatting and every unrelated table stay as they are.
+//! comments, formatting and every unrelated table stay as they are, either in the file itself
+//! or in a drop-in the file imports.
 //!
-//! The schema comes from the file's `version`: 2 (containerd 1.x, still read by 2.x) keeps the
-//! CRI runtimes under `plugins."io.containerd.grpc.v1.cri".containerd`, 3 (containerd 2.x) under
-//! `plugins."io.containerd.cri.v1.runtime".containerd`. A file without `version` is version 1 —
-//! containerd 1.x's default, gone in 2.x — and is refused with the way to convert it. An empty
-//! or missing file becomes a minimal version 2 config, which both 1.x and 2.x read.
+//! The schema comes from the file's `version`: 1 (no `version` key; containerd 1.x) keeps the
+//! CRI runtimes under `plugins.cri.containerd`, 2 (containerd 1.x, still read by 2.x) under
+//! `plugins."io.containerd.grpc.v1.cri".containerd`, 3 (containerd 2.x) under
+//! `plugins."io.containerd.cri.v1.runtime".containerd`. An empty or missing file becomes a
+//! minimal version 2 config, which both 1.x and 2.x read.
 //!
 //! Like `nvidia-ctk runtime configure --runtime=containerd`, the new `runtimes.<name>` starts as a
 //! copy of the runtime it stands in for (the default runtime, else `runc`, else `crun`, if that
 //! is a runc-type runtime), so settings such as `SystemdCgroup` carry over, then gets
 //! `runtime_type = "io.containerd.runc.v2"` and `options.BinaryName = <path>`;
-//! `--set-as-default` sets `default_runtime_name`. Where we differ from NVIDIA:
+//! `--set-as-default` sets `default_runtime_name`, `--cdi.enabled` the CRI plugin's
+//! `enable_cdi`. Where we differ from NVIDIA:
 //! - an existing entry of that name is updated in place (its other settings are the user's);
 //! - when the file lists no runtime yet, containerd's built-in `runc` is written out next to ours:
 //!   containerd 1.6 replaces its built-in runtime map with the file's as soon as the file has a
@@ -19,12 +21,23 @@
 //!   load (`no corresponding runtime configured in containerd.runtimes for default_runtime_name
 //!   = "runc"`); measured with containerd 1.6.20;
 //! - `--undo` puts `default_runtime_name` back to `runc` when the file declares `runc` (the
-//!   stock config does), rather than deleting it, so configure + undo gives the file back.
+//!   stock config does), rather than deleting it, so configure + undo gives the file back;
+//! - a drop-in ([`drop_in`]) carries the source config's whole CRI plugin table, not only our
+//!   runtime: containerd 1.x replaces a plugin's table with an imported file's instead of
+//!   merging the two (measured with 1.6.20: a drop-in holding only `runtimes.nvidia` resets
+//!   `sandbox_image` and loses `runc`), so a drop-in like NVIDIA's breaks 1.x nodes whose
+//!   config.toml sets anything for the CRI plugin. containerd 2.x merges tables, where the copy
+//!   changes nothing;
+//! - version 1 `enable_cdi` goes where the CRI plugin reads it (`plugins.cri.enable_cdi`).
 
 use std::path::Path;
 
-use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, TomlError, Value, value};
+use toml_edit::{DocumentMut, Item, Table, TableLike, Value, value};
 
+use super::toml_tables::{
+    child, child_existing, clean_copy, descend, is_inline, kind, lookup, prune, relayout, set_bool,
+    set_str, shaped, start_document, table_like, toml_error,
+};
 use super::{Action, ConfigureError, Edited, Outcome};
 
 /// The runc shim, the only runtime type that reads `options.BinaryName`.
@@ -37,9 +50,10 @@ const BUILTIN_MARKER: &str = "# nvshim: containerd's built-in runc runtime";
 const BUILTIN_COMMENT: &str = "\n# nvshim: containerd's built-in runc runtime, written out because containerd 1.x\n\
      # forgets it once the config lists a runtime (`nvshim configure containerd --undo` removes it)\n";
 
-/// containerd config schema versions we edit.
+/// containerd config schema versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Schema {
+    V1,
     V2,
     V3,
 }
@@ -48,20 +62,40 @@ impl Schema {
     /// The plugin whose `containerd.runtimes` the CRI runtime service reads.
     pub(crate) fn cri_plugin(self) -> &'static str {
         match self {
+            Schema::V1 => "cri",
             Schema::V2 => "io.containerd.grpc.v1.cri",
             Schema::V3 => "io.containerd.cri.v1.runtime",
+        }
+    }
+
+    pub(crate) fn version(self) -> i64 {
+        match self {
+            Schema::V1 => 1,
+            Schema::V2 => 2,
+            Schema::V3 => 3,
         }
     }
 
     /// Plugin ids in `disabled_plugins` that take the CRI runtimes out of service.
     fn cri_ids(self) -> &'static [&'static str] {
         match self {
-            Schema::V2 => &["io.containerd.grpc.v1.cri", "cri"],
+            Schema::V1 | Schema::V2 => &["io.containerd.grpc.v1.cri", "cri"],
             Schema::V3 => &["io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"],
         }
     }
 }
 
+/// The schema of a config's text: its `version`, version 2 for an empty or missing file.
+pub(crate) fn schema(text: Option<&str>, file: &Path) -> Result<Schema, ConfigureError> {
+    let text = text.unwrap_or("");
+    let doc: DocumentMut = text.parse().map_err(|e| toml_error(&e, text, file))?;
+    if doc.as_table().is_empty() {
+        return Ok(Schema::V2);
+    }
+    schema_of(&doc, file)
+}
+
+/// Registers (or with `Remove`, takes out) the runtime in the file itself.
 pub(crate) fn edit(
     old: Option<&str>,
     file: &Path,
@@ -76,27 +110,15 @@ pub(crate) fn edit(
         if matches!(action, Action::Remove { .. }) {
             return Ok(Edited::new(Outcome::Unchanged));
         }
-        start_document(&mut doc);
+        start_document(&mut doc, NEW_FILE_VERSION);
         Schema::V2
     } else {
         schema_of(&doc, file)?
     };
     match action {
-        Action::Add {
-            name,
-            path,
-            set_as_default,
-        } => {
-            add(
-                &mut doc,
-                schema,
-                name,
-                path,
-                set_as_default,
-                file,
-                &mut notes,
-            )?;
-            notes.extend(warnings(&doc, schema, file));
+        Action::Add { .. } => {
+            add(&mut doc, schema, action, file, &mut notes)?;
+            notes.extend(warnings(&doc, schema, file, None));
         }
         Action::Remove { name } => remove(&mut doc, schema, name),
     }
@@ -113,34 +135,130 @@ pub(crate) fn edit(
     })
 }
 
-/// `version = 2` at the top of a file that has no keys yet, below its comments.
-fn start_document(doc: &mut DocumentMut) {
-    let trailing = doc.trailing().as_str().unwrap_or("").to_owned();
-    doc.set_trailing("");
-    doc.insert("version", value(NEW_FILE_VERSION));
-    if trailing.contains('#')
-        && let Some(mut key) = doc.key_mut("version")
-    {
-        let mut prefix = trailing.trim_end_matches([' ', '\t']).to_owned();
-        if !prefix.ends_with('\n') {
-            prefix.push('\n');
-        }
-        key.leaf_decor_mut().set_prefix(prefix);
+/// The drop-in for a version 2 or 3 `source` (the engine's config, or `containerd config dump`
+/// when `dumped`): `version`, the source's CRI plugin table (see the module docs for why all of
+/// it) and the runtime added to it. `old` is the drop-in as it is now, for "nothing to do".
+pub(crate) fn drop_in(
+    source: Option<&str>,
+    source_file: &Path,
+    dumped: bool,
+    old: Option<&str>,
+    drop_in_file: &Path,
+    action: Action<'_>,
+) -> Result<Edited, ConfigureError> {
+    let text = source.unwrap_or("");
+    let src: DocumentMut = text
+        .parse()
+        .map_err(|e| toml_error(&e, text, source_file))?;
+    let schema = if src.as_table().is_empty() {
+        Schema::V2
+    } else {
+        schema_of(&src, source_file)?
+    };
+    let plugin = schema.cri_plugin();
+    let mut doc = DocumentMut::new();
+    doc.insert("version", value(schema.version()));
+    if let Some(mut key) = doc.key_mut("version") {
+        key.leaf_decor_mut().set_prefix(format!(
+            "# Written by nvshim (`nvidia-ctk runtime configure`, `nvshim configure containerd`):\n\
+             # the NVIDIA runtime for containerd's CRI plugin, with the CRI plugin settings of\n\
+             # {}, which containerd 1.x would otherwise drop (it replaces a plugin's\n\
+             # table with an imported one's). Configure again after changing them there.\n",
+            source_file.display()
+        ));
     }
+    if let Some(cri) = src.get("plugins").and_then(|p| p.get(plugin)) {
+        let mut cri = cri.clone();
+        if let Item::Table(t) = &mut cri {
+            relayout(t);
+        }
+        let mut plugins = Table::new();
+        plugins.set_implicit(true);
+        plugins.insert(plugin, cri);
+        doc.insert("plugins", Item::Table(plugins));
+    }
+    let mut notes = Vec::new();
+    add(&mut doc, schema, action, drop_in_file, &mut notes)?;
+    if !dumped {
+        // A dump is the merged config: its `imports` are already in it.
+        notes.extend(warnings(&src, schema, source_file, Some(drop_in_file)));
+    }
+    let new = doc.to_string();
+    let outcome = if old == Some(new.as_str()) {
+        Outcome::Unchanged
+    } else {
+        Outcome::Write(new)
+    };
+    Ok(Edited { outcome, notes })
+}
+
+/// The `imports` pattern that loads `drop_in_file`: every `.toml` in its directory, as NVIDIA
+/// writes it.
+pub(crate) fn import_pattern(drop_in_file: &Path) -> String {
+    let dir = drop_in_file.parent().unwrap_or(Path::new("/"));
+    format!("{}/*.toml", dir.display()).replace("//", "/")
+}
+
+/// `pattern` added to the top-level config's `imports` (a missing or empty config becomes
+/// `version = <version>` plus the import).
+pub(crate) fn add_import(
+    old: Option<&str>,
+    file: &Path,
+    pattern: &str,
+    version: i64,
+) -> Result<Edited, ConfigureError> {
+    let text = old.unwrap_or("");
+    let mut doc: DocumentMut = text.parse().map_err(|e| toml_error(&e, text, file))?;
+    if doc.as_table().is_empty() {
+        start_document(&mut doc, version);
+    }
+    let imports = doc
+        .entry("imports")
+        .or_insert_with(|| value(toml_edit::Array::new()));
+    let found = kind(imports);
+    let Some(list) = imports.as_array_mut() else {
+        return Err(ConfigureError::TomlType {
+            path: file.to_path_buf(),
+            key: "imports".to_owned(),
+            found,
+            expected: "an array of paths",
+        });
+    };
+    if list.iter().any(|v| v.as_str() == Some(pattern)) {
+        return Ok(Edited::new(Outcome::Unchanged));
+    }
+    list.push(pattern);
+    Ok(Edited::new(Outcome::Write(doc.to_string())))
+}
+
+/// `pattern` taken out of the top-level config's `imports` (an `imports` it empties goes too).
+pub(crate) fn remove_import(
+    old: Option<&str>,
+    file: &Path,
+    pattern: &str,
+) -> Result<Edited, ConfigureError> {
+    let text = old.unwrap_or("");
+    let mut doc: DocumentMut = text.parse().map_err(|e| toml_error(&e, text, file))?;
+    let Some(list) = doc.get_mut("imports").and_then(Item::as_array_mut) else {
+        return Ok(Edited::new(Outcome::Unchanged));
+    };
+    let before = list.len();
+    list.retain(|v| v.as_str() != Some(pattern));
+    if list.len() == before {
+        return Ok(Edited::new(Outcome::Unchanged));
+    }
+    if list.is_empty() {
+        doc.remove("imports");
+    }
+    Ok(Edited::new(Outcome::Write(doc.to_string())))
 }
 
 fn schema_of(doc: &DocumentMut, file: &Path) -> Result<Schema, ConfigureError> {
     let Some(version) = doc.get("version") else {
-        return Err(ConfigureError::ContainerdV1 {
-            path: file.to_path_buf(),
-            why: "it has no `version` key",
-        });
+        return Ok(Schema::V1);
     };
     match version.as_integer() {
-        Some(1) => Err(ConfigureError::ContainerdV1 {
-            path: file.to_path_buf(),
-            why: "`version = 1`",
-        }),
+        Some(1) => Ok(Schema::V1),
         Some(2) => Ok(Schema::V2),
         Some(3) => Ok(Schema::V3),
         _ => Err(ConfigureError::ContainerdVersion {
@@ -153,12 +271,19 @@ fn schema_of(doc: &DocumentMut, file: &Path) -> Result<Schema, ConfigureError> {
 fn add(
     doc: &mut DocumentMut,
     schema: Schema,
-    name: &str,
-    path: &str,
-    set_as_default: bool,
+    action: Action<'_>,
     file: &Path,
     notes: &mut Vec<String>,
 ) -> Result<(), ConfigureError> {
+    let Action::Add {
+        name,
+        path,
+        set_as_default,
+        cdi,
+    } = action
+    else {
+        return Ok(());
+    };
     let plugin = schema.cri_plugin();
     let mut at = vec!["plugins", plugin, "containerd"];
     let containerd = descend(doc.as_item_mut(), &at, file)?;
@@ -220,6 +345,14 @@ fn add(
         let containerd = table_like(containerd, &["plugins", plugin, "containerd"], file)?;
         set_str(containerd, "default_runtime_name", name);
     }
+    if cdi {
+        // The CRI plugin's own table, for every schema (version 1 included: NVIDIA writes it
+        // under `containerd` there, where the plugin does not read it).
+        let keys = ["plugins", plugin];
+        let cri = descend(doc.as_item_mut(), &keys, file)?;
+        let cri = table_like(cri, &keys, file)?;
+        set_bool(cri, "enable_cdi", true);
+    }
     Ok(())
 }
 
@@ -262,27 +395,6 @@ fn remove(doc: &mut DocumentMut, schema: Schema, name: &str) {
     }
 }
 
-/// Removes the tables along `keys`, deepest first, that the removal left empty: the ones our
-/// add created. An empty table means nothing to containerd — except an empty `runtimes`,
-/// which containerd 1.x reads as "no runtimes at all" — so this is safe for one the user
-/// wrote too; one with a comment above it is kept.
-fn prune(root: &mut Item, keys: &[&str]) {
-    for depth in (1..=keys.len()).rev() {
-        let (parent_keys, last) = keys[..depth].split_at(depth - 1);
-        let Some(parent) = lookup(root, parent_keys).and_then(Item::as_table_like_mut) else {
-            return;
-        };
-        let empty = parent
-            .get(last[0])
-            .and_then(Item::as_table)
-            .is_some_and(|t| t.is_empty() && !has_comment(t));
-        if !empty {
-            return;
-        }
-        parent.remove(last[0]);
-    }
-}
-
 /// The runtime whose settings a new entry starts from: nvidia-ctk's order (the default runtime
 /// unless it is an NVIDIA one, `runc`, `crun`), runc-type runtimes only — another shim's
 /// options (kata's, gVisor's) mean nothing to runc.
@@ -314,75 +426,6 @@ fn template(runtimes: &dyn TableLike, default: Option<&str>, name: &str) -> Opti
     None
 }
 
-/// A copy of a runtime table fit to stand under another name: without its comments (they speak
-/// of the original) and without document positions, so it is printed right after the tables
-/// that precede it in the runtimes table.
-fn clean_copy(mut table: Table) -> Table {
-    clean_table(&mut table);
-    // A blank line before the new header, whatever the original had.
-    let decor = table.decor_mut();
-    let prefix = decor.prefix().and_then(|p| p.as_str()).unwrap_or("");
-    if !prefix.starts_with('\n') {
-        let prefix = format!("\n{prefix}");
-        decor.set_prefix(prefix);
-    }
-    table
-}
-
-fn clean_table(table: &mut Table) {
-    table.set_position(None);
-    let decor = table.decor_mut();
-    let prefix = decor
-        .prefix()
-        .and_then(|p| p.as_str())
-        .map(without_comments);
-    if let Some(prefix) = prefix {
-        decor.set_prefix(prefix);
-    }
-    decor.set_suffix("");
-    for (mut key, item) in table.iter_mut() {
-        let prefix = key
-            .leaf_decor()
-            .prefix()
-            .and_then(|p| p.as_str())
-            .map(without_comments);
-        if let Some(prefix) = prefix {
-            key.leaf_decor_mut().set_prefix(prefix);
-        }
-        match item {
-            Item::Table(t) => clean_table(t),
-            Item::Value(v) => {
-                let has_comment = v
-                    .decor()
-                    .suffix()
-                    .and_then(|s| s.as_str())
-                    .is_some_and(|s| s.contains('#'));
-                if has_comment {
-                    v.decor_mut().set_suffix("");
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// `text` without its comment lines (what stays is blank lines and indentation).
-fn without_comments(text: &str) -> String {
-    text.split('\n')
-        .filter(|line| !line.trim_start().starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn has_comment(table: &Table) -> bool {
-    let decor = table.decor();
-    [decor.prefix(), decor.suffix()]
-        .into_iter()
-        .flatten()
-        .filter_map(|raw| raw.as_str())
-        .any(|text| text.contains('#'))
-}
-
 fn is_builtin_runc(item: &Item) -> bool {
     item.as_table()
         .and_then(|t| t.decor().prefix())
@@ -392,7 +435,7 @@ fn is_builtin_runc(item: &Item) -> bool {
 
 /// Things that make the new entry useless or surprising: the CRI plugin switched off, other
 /// files imported on top of this one.
-fn warnings(doc: &DocumentMut, schema: Schema, file: &Path) -> Vec<String> {
+fn warnings(doc: &DocumentMut, schema: Schema, file: &Path, drop_in: Option<&Path>) -> Vec<String> {
     let mut notes = Vec::new();
     let disabled = doc
         .get("disabled_plugins")
@@ -408,189 +451,29 @@ fn warnings(doc: &DocumentMut, schema: Schema, file: &Path) -> Vec<String> {
             file.display()
         ));
     }
+    let ours = drop_in.map(import_pattern);
     let imports: Vec<&str> = doc
         .get("imports")
         .and_then(Item::as_array)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
+        .filter(|i| Some(*i) != ours.as_deref())
         .collect();
     if !imports.is_empty() {
+        let what = match drop_in {
+            None => "settings there are applied over this file's".to_owned(),
+            Some(d) => format!(
+                "{} is built from this file alone; to carry CRI settings from those files too \
+                 (containerd 1.x replaces whole plugin tables on import), use --config-source=command",
+                d.display()
+            ),
+        };
         notes.push(format!(
-            "{} imports {}: settings there are applied over this file's",
+            "{} imports {}: {what}",
             file.display(),
             imports.join(", ")
         ));
     }
     notes
-}
-
-/// The item at `keys`, tables created (implicit) where missing.
-fn descend<'a>(
-    root: &'a mut Item,
-    keys: &[&str],
-    file: &Path,
-) -> Result<&'a mut Item, ConfigureError> {
-    let mut item = root;
-    for (depth, key) in keys.iter().enumerate() {
-        item = child(item, key, &keys[..=depth], file)?;
-    }
-    Ok(item)
-}
-
-/// `parent[key]`, created as an (implicit) table if missing; an error if it is not a table.
-fn child<'a>(
-    parent: &'a mut Item,
-    key: &str,
-    at: &[&str],
-    file: &Path,
-) -> Result<&'a mut Item, ConfigureError> {
-    let inline = is_inline(parent);
-    let table = table_like(parent, &at[..at.len() - 1], file)?;
-    if table.get(key).is_none() {
-        let mut new = Table::new();
-        new.set_implicit(true);
-        table.insert(key, shaped(new, inline));
-    }
-    child_existing(table, key, at, file)
-}
-
-fn child_existing<'a>(
-    table: &'a mut dyn TableLike,
-    key: &str,
-    at: &[&str],
-    file: &Path,
-) -> Result<&'a mut Item, ConfigureError> {
-    match table.get_mut(key) {
-        Some(item) if item.is_table_like() => Ok(item),
-        Some(item) => Err(ConfigureError::TomlType {
-            path: file.to_path_buf(),
-            key: at.join("."),
-            found: kind(item),
-            expected: "a table",
-        }),
-        None => Err(ConfigureError::TomlType {
-            path: file.to_path_buf(),
-            key: at.join("."),
-            found: "missing",
-            expected: "a table",
-        }),
-    }
-}
-
-fn table_like<'a>(
-    item: &'a mut Item,
-    at: &[&str],
-    file: &Path,
-) -> Result<&'a mut dyn TableLike, ConfigureError> {
-    let found = kind(item);
-    item.as_table_like_mut()
-        .ok_or_else(|| ConfigureError::TomlType {
-            path: file.to_path_buf(),
-            key: at.join("."),
-            found,
-            expected: "a table",
-        })
-}
-
-/// The item at `keys` if every step is a table.
-fn lookup<'a>(root: &'a mut Item, keys: &[&str]) -> Option<&'a mut Item> {
-    let mut item = root;
-    for key in keys {
-        item = item.as_table_like_mut()?.get_mut(key)?;
-        item.as_table_like()?;
-    }
-    Some(item)
-}
-
-fn is_inline(item: &Item) -> bool {
-    matches!(item, Item::Value(Value::InlineTable(_)))
-}
-
-/// `table` as a header table, or as an inline one where its parent is inline.
-fn shaped(table: Table, inline: bool) -> Item {
-    if inline {
-        let mut t: InlineTable = table.into_inline_table();
-        t.fmt();
-        Item::Value(Value::InlineTable(t))
-    } else {
-        Item::Table(table)
-    }
-}
-
-/// Sets `key` to the string `text`, keeping the key's place and the value's decor (a comment
-/// after it survives); a new key gets the indentation of the table's other keys.
-fn set_str(table: &mut dyn TableLike, key: &str, text: &str) {
-    if let Some(item) = table.get_mut(key) {
-        if item.as_str() == Some(text) {
-            return;
-        }
-        let new = match item.as_value() {
-            Some(old) => like(old, text),
-            None => Value::from(text),
-        };
-        *item = Item::Value(new);
-        return;
-    }
-    let indent = table
-        .iter()
-        .find(|(_, item)| item.is_value())
-        .and_then(|(k, _)| table.key(k))
-        .and_then(|k| k.leaf_decor().prefix())
-        .and_then(|p| p.as_str())
-        .map(|p| p.rsplit('\n').next().unwrap_or("").to_owned())
-        .filter(|p| p.chars().all(|c| c == ' ' || c == '\t'));
-    table.insert(key, value(text));
-    if let (Some(indent), Some(mut k)) = (indent, table.key_mut(key)) {
-        k.leaf_decor_mut().set_prefix(indent);
-    }
-}
-
-/// The string `text` written the way `old` was: its decor, and single quotes if it used them
-/// (containerd 2.x's `config default` does) and `text` can be a literal string.
-fn like(old: &Value, text: &str) -> Value {
-    let literal = match old {
-        Value::String(s) => s
-            .as_repr()
-            .and_then(|r| r.as_raw().as_str())
-            .is_some_and(|raw| raw.starts_with('\'') && !raw.starts_with("'''")),
-        _ => false,
-    };
-    let plain = !text.contains(|c: char| c == '\'' || c.is_control());
-    let mut new = if literal && plain {
-        format!("'{text}'")
-            .parse::<Value>()
-            .unwrap_or_else(|_| Value::from(text))
-    } else {
-        Value::from(text)
-    };
-    *new.decor_mut() = old.decor().clone();
-    new
-}
-
-fn kind(item: &Item) -> &'static str {
-    match item {
-        Item::None => "missing",
-        Item::Table(_) | Item::Value(Value::InlineTable(_)) => "a table",
-        Item::ArrayOfTables(_) => "an array of tables",
-        Item::Value(Value::String(_)) => "a string",
-        Item::Value(Value::Integer(_)) => "an integer",
-        Item::Value(Value::Float(_)) => "a float",
-        Item::Value(Value::Boolean(_)) => "a boolean",
-        Item::Value(Value::Datetime(_)) => "a datetime",
-        Item::Value(Value::Array(_)) => "an array",
-    }
-}
-
-fn toml_error(e: &TomlError, text: &str, file: &Path) -> ConfigureError {
-    let offset = e.span().map_or(0, |s| s.start).min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    ConfigureError::InvalidToml {
-        path: file.to_path_buf(),
-        reason: e.message().trim().to_owned(),
-        line,
-        column,
-    }
 }

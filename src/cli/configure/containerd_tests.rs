@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use super::tests::{RT, UNDO, add, file, written};
-use super::{Action, ConfigureError, Outcome, containerd};
+use super::{Action, ConfigureError, Outcome, containerd, docker};
 
 const V2_STOCK: &str = r#"version = 2
 
@@ -168,14 +168,6 @@ fn containerd_template_skips_other_shims() {
 
 #[test]
 fn containerd_refuses_what_it_cannot_edit() {
-    let v1 = containerd::edit(Some("oom_score = 0\n"), file(), add(false)).unwrap_err();
-    assert!(
-        matches!(v1, ConfigureError::ContainerdV1 { .. }),
-        "no version: {v1}"
-    );
-    assert!(v1.to_string().contains("containerd config migrate"), "{v1}");
-    let v1 = containerd::edit(Some("version = 1\n"), file(), add(false)).unwrap_err();
-    assert!(matches!(v1, ConfigureError::ContainerdV1 { .. }), "{v1}");
     for (case, text, version) in [
         ("future", "version = 4\n", "4"),
         ("string", "version = \"2\"\n", "\"2\""),
@@ -237,10 +229,10 @@ proptest! {
             && let Outcome::Write(out) = edited.outcome
         {
             let doc: toml::Table = out.parse().map_err(|e| TestCaseError::fail(format!("{e}\n{out}")))?;
-            let plugin = if doc["version"].as_integer() == Some(3) {
-                "io.containerd.cri.v1.runtime"
-            } else {
-                "io.containerd.grpc.v1.cri"
+            let plugin = match doc.get("version").and_then(toml::Value::as_integer) {
+                Some(3) => "io.containerd.cri.v1.runtime",
+                Some(2) => "io.containerd.grpc.v1.cri",
+                _ => "cri",
             };
             prop_assert_eq!(
                 runtime(&doc, plugin, "nvidia")["options"]["BinaryName"].as_str(),
@@ -305,4 +297,170 @@ fn containerd_undo_resets_a_default_naming_us_without_an_entry() {
 "#;
     let out = containerd_toml(Some(old), UNDO, "default only");
     assert_eq!(out, old.replace("\"nvidia\"", "\"runc\""));
+}
+
+fn with_cdi(default: bool) -> Action<'static> {
+    match add(default) {
+        Action::Add {
+            name,
+            path,
+            set_as_default,
+            ..
+        } => Action::Add {
+            name,
+            path,
+            set_as_default,
+            cdi: true,
+        },
+        other => other,
+    }
+}
+
+/// Version 1 (no `version`, containerd 1.x's own default) is edited under `plugins.cri`, the id
+/// containerd 1.x migrates to `io.containerd.grpc.v1.cri` on load; `enable_cdi` goes on the
+/// CRI plugin's table for every version.
+#[test]
+fn containerd_each_version_at_its_schema_path() {
+    for (case, text, plugin) in [
+        ("no version", "oom_score = 0\n", "cri"),
+        ("version 1", "version = 1\n", "cri"),
+        ("version 2", "version = 2\n", "io.containerd.grpc.v1.cri"),
+        ("version 3", "version = 3\n", "io.containerd.cri.v1.runtime"),
+    ] {
+        let out = containerd_toml(Some(text), with_cdi(true), case);
+        let doc: toml::Table = out.parse().unwrap();
+        let nvidia = runtime(&doc, plugin, "nvidia");
+        assert_eq!(
+            nvidia["options"]["BinaryName"].as_str(),
+            Some(RT),
+            "{case}: {out}"
+        );
+        let cri = &doc["plugins"][plugin];
+        assert_eq!(cri["enable_cdi"].as_bool(), Some(true), "{case}: {out}");
+        assert_eq!(
+            cri["containerd"]["default_runtime_name"].as_str(),
+            Some("nvidia"),
+            "{case}"
+        );
+        assert_eq!(doc["plugins"].as_table().unwrap().len(), 1, "{case}: {out}");
+        assert!(out.starts_with(text), "{case}: the head stays: {out}");
+    }
+}
+
+/// The drop-in: the source's CRI plugin table (containerd 1.x replaces the whole table on
+/// import), our runtime in it, its version; the source itself untouched.
+#[test]
+fn containerd_drop_in_carries_the_cri_table() {
+    let source = format!(
+        "{V2_STOCK}\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/usr/lib/cni\"\n"
+    );
+    let drop = std::path::Path::new("/etc/containerd/conf.d/99-nvidia.toml");
+    let edited =
+        containerd::drop_in(Some(&source), file(), false, None, drop, with_cdi(true)).unwrap();
+    let out = written(edited.outcome, "v2 drop-in");
+    let doc: toml::Table = out.parse().unwrap();
+    let cri = "io.containerd.grpc.v1.cri";
+    assert_eq!(doc["version"].as_integer(), Some(2));
+    assert_eq!(
+        doc["plugins"][cri]["cni"]["bin_dir"].as_str(),
+        Some("/usr/lib/cni")
+    );
+    assert_eq!(doc["plugins"][cri]["enable_cdi"].as_bool(), Some(true));
+    let nvidia = runtime(&doc, cri, "nvidia");
+    assert_eq!(nvidia["options"]["BinaryName"].as_str(), Some(RT));
+    assert_eq!(
+        nvidia["options"]["SystemdCgroup"].as_bool(),
+        Some(true),
+        "runc's settings"
+    );
+    assert_eq!(
+        runtime(&doc, cri, "runc")["options"]["SystemdCgroup"].as_bool(),
+        Some(true),
+        "runc itself kept: 1.x would lose it otherwise"
+    );
+    assert!(!out.contains("\n  "), "laid out afresh: {out}");
+    let again = containerd::drop_in(
+        Some(&source),
+        file(),
+        false,
+        Some(&out),
+        drop,
+        with_cdi(true),
+    );
+    assert_eq!(again.unwrap().outcome, Outcome::Unchanged);
+
+    // Version 3 source: a version 3 drop-in under the 2.x plugin id.
+    let v3 = "version = 3\n";
+    let out = written(
+        containerd::drop_in(Some(v3), file(), false, None, drop, add(false))
+            .unwrap()
+            .outcome,
+        "v3",
+    );
+    let doc: toml::Table = out.parse().unwrap();
+    assert_eq!(doc["version"].as_integer(), Some(3));
+    let nvidia = runtime(&doc, "io.containerd.cri.v1.runtime", "nvidia");
+    assert_eq!(nvidia["runtime_type"].as_str(), Some(containerd::RUNC_V2));
+}
+
+#[test]
+fn containerd_imports_added_once_and_removed() {
+    let pattern = containerd::import_pattern(std::path::Path::new(
+        "/etc/containerd/conf.d/99-nvidia.toml",
+    ));
+    assert_eq!(pattern, "/etc/containerd/conf.d/*.toml");
+    let fresh = written(
+        containerd::add_import(None, file(), &pattern, 2)
+            .unwrap()
+            .outcome,
+        "missing",
+    );
+    assert_eq!(
+        fresh,
+        "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n"
+    );
+    let theirs = "version = 2\nimports = [\"/opt/other/*.toml\"]\n\n[plugins]\n";
+    let both = written(
+        containerd::add_import(Some(theirs), file(), &pattern, 2)
+            .unwrap()
+            .outcome,
+        "theirs",
+    );
+    let doc: toml::Table = both.parse().unwrap();
+    assert_eq!(
+        doc["imports"].as_array().unwrap().len(),
+        2,
+        "theirs kept, ours appended: {both}"
+    );
+    let again = containerd::add_import(Some(&both), file(), &pattern, 2).unwrap();
+    assert_eq!(again.outcome, Outcome::Unchanged);
+    let back = written(
+        containerd::remove_import(Some(&both), file(), &pattern)
+            .unwrap()
+            .outcome,
+        "remove",
+    );
+    assert_eq!(back, theirs);
+    let bad = containerd::add_import(Some("imports = 3\n"), file(), &pattern, 2).unwrap_err();
+    assert!(matches!(bad, ConfigureError::TomlType { .. }), "{bad}");
+}
+
+#[test]
+fn docker_cdi_enabled_sets_features_cdi() {
+    let old = "{\"features\": {\"buildkit\": true}}";
+    let out = written(
+        docker::edit(Some(old), file(), with_cdi(true))
+            .unwrap()
+            .outcome,
+        "docker cdi",
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["features"]["cdi"], true, "{out}");
+    assert_eq!(doc["features"]["buildkit"], true, "{out}");
+    assert_eq!(doc["default-runtime"], "nvidia", "{out}");
+    let bad = docker::edit(Some("{\"features\": []}"), file(), with_cdi(false)).unwrap_err();
+    assert!(
+        bad.to_string().contains("\"features\" is an array"),
+        "{bad}"
+    );
 }

@@ -8,6 +8,8 @@
 //! remove `default-runtime` instead of writing `runc` (docker's built-in default) into files
 //! that never named one.
 //!
+//! `--cdi.enabled` sets `features.cdi` (`--undo` leaves it: it may predate us).
+//!
 //! An empty or whitespace-only file is read as `{}` (docker does the same); anything else that
 //! is not a JSON object is refused.
 
@@ -21,6 +23,7 @@ use crate::files::write::WriteError;
 
 const RUNTIMES: &str = "runtimes";
 const DEFAULT_RUNTIME: &str = "default-runtime";
+const FEATURES: &str = "features";
 /// The keys docker (and nvidia-ctk) put in a runtime entry: an entry holding only these is
 /// updated in place, one holding more (a `runtimeType` shim entry) is replaced.
 const ENTRY_KEYS: [&str; 3] = ["path", "args", "runtimeArgs"];
@@ -47,7 +50,13 @@ pub(crate) fn edit(
             name,
             path: runtime,
             set_as_default,
-        } => add(&mut config, path, name, runtime, set_as_default, &mut notes)?,
+            cdi,
+        } => {
+            add(&mut config, path, name, runtime, set_as_default, &mut notes)?;
+            if cdi {
+                enable_cdi(&mut config, path)?;
+            }
+        }
         Action::Remove { name } => remove(&mut config, name),
     }
     // Equal maps mean no edit: ours never reorder keys, so comparing contents is enough. A
@@ -134,6 +143,24 @@ fn add(
     if set_as_default {
         config.insert(DEFAULT_RUNTIME.to_owned(), name.into());
     }
+    Ok(())
+}
+
+/// `features.cdi = true`: docker 25+ then resolves `--device vendor.com/class=name` through CDI
+/// specs (NVIDIA's `--cdi.enabled` for docker writes the same key). Other features are kept.
+fn enable_cdi(config: &mut Map<String, Value>, file: &Path) -> Result<(), ConfigureError> {
+    let features = config
+        .entry(FEATURES)
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(features) = features else {
+        return Err(ConfigureError::JsonType {
+            path: file.to_path_buf(),
+            key: FEATURES.to_owned(),
+            found: kind(features),
+            expected: "an object",
+        });
+    };
+    features.insert("cdi".to_owned(), Value::Bool(true));
     Ok(())
 }
 

@@ -19,6 +19,7 @@ pub(super) fn add(default: bool) -> Action<'static> {
         name: "nvidia",
         path: RT,
         set_as_default: default,
+        cdi: false,
     }
 }
 
@@ -223,31 +224,94 @@ fn docker_keeps_indentation_and_bom() {
 
 #[test]
 fn crio_drop_in() {
+    let head = "# Written by `nvidia-ctk runtime configure` / `nvshim configure crio` (nvshim): registers\n\
+         # the NVIDIA container runtime with CRI-O. `nvshim configure crio --undo` removes this file.\n\n";
     assert_eq!(
-        crio::drop_in("nvidia", RT, true),
-        "# Written by `nvshim configure crio`: registers the NVIDIA container runtime with CRI-O.\n\
-         # `nvshim configure crio --undo` removes this file.\n\n\
-         [crio.runtime]\n\
-         default_runtime = \"nvidia\"\n\n\
-         [crio.runtime.runtimes.nvidia]\n\
-         runtime_path = \"/usr/bin/nvidia-container-runtime\"\n\
-         runtime_type = \"oci\"\n"
+        crio::drop_in_text("nvidia", RT, true, None),
+        format!(
+            "{head}[crio.runtime]\n\
+             default_runtime = \"nvidia\"\n\n\
+             [crio.runtime.runtimes.nvidia]\n\
+             runtime_path = \"/usr/bin/nvidia-container-runtime\"\n\
+             runtime_type = \"oci\"\n"
+        )
     );
-    let plain = crio::drop_in("nvidia", RT, false);
+    let plain = crio::drop_in_text("nvidia", RT, false, None);
     assert!(!plain.contains("default_runtime"), "{plain}");
     assert!(!plain.contains("[crio.runtime]\n"), "{plain}");
-    let odd = crio::drop_in("gpu.fast", "/opt/a \"b\"", false);
+    let odd = crio::drop_in_text("gpu.fast", "/opt/a \"b\"", false, None);
     let doc: toml::Table = odd.parse().unwrap();
     assert_eq!(
         doc["crio"]["runtime"]["runtimes"]["gpu.fast"]["runtime_path"].as_str(),
         Some("/opt/a \"b\"")
     );
-    assert_eq!(
-        crio::edit(Some(&plain), add(false)).outcome,
-        Outcome::Unchanged
+    let drop_in =
+        |old: Option<&str>, action| crio::drop_in(None, file(), old, action).unwrap().outcome;
+    assert_eq!(drop_in(Some(&plain), add(false)), Outcome::Unchanged);
+    assert_eq!(drop_in(Some(&plain), UNDO), Outcome::Remove);
+    assert_eq!(drop_in(None, UNDO), Outcome::Unchanged);
+}
+
+/// The drop-in starts from the runtime CRI-O would otherwise run (NVIDIA's order: the default
+/// unless it is an NVIDIA one, runc, crun), so `monitor_path` and friends carry over.
+#[test]
+fn crio_drop_in_copies_the_default_runtime() {
+    let source = "[crio.runtime]\ndefault_runtime = \"crun\"\n\n\
+        [crio.runtime.runtimes.crun]\n# the distribution's\nruntime_path = \"/usr/libexec/crio/crun\"\n\
+        runtime_root = \"/run/crun\"\nmonitor_path = \"/usr/libexec/crio/conmon\"\n\n\
+        [crio.runtime.runtimes.runc]\nruntime_root = \"/run/runc\"\n";
+    let out = written(
+        crio::drop_in(Some(source), file(), None, add(true))
+            .unwrap()
+            .outcome,
+        "crun default",
     );
-    assert_eq!(crio::edit(Some(&plain), UNDO).outcome, Outcome::Remove);
-    assert_eq!(crio::edit(None, UNDO).outcome, Outcome::Unchanged);
+    let doc: toml::Table = out.parse().unwrap();
+    let entry = &doc["crio"]["runtime"]["runtimes"]["nvidia"];
+    assert_eq!(entry["runtime_path"].as_str(), Some(RT), "{out}");
+    assert_eq!(entry["runtime_type"].as_str(), Some("oci"), "{out}");
+    assert_eq!(entry["runtime_root"].as_str(), Some("/run/crun"), "{out}");
+    assert_eq!(
+        entry["monitor_path"].as_str(),
+        Some("/usr/libexec/crio/conmon"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("the distribution's"),
+        "comments stay behind: {out}"
+    );
+    assert!(
+        doc["crio"]["runtime"]["runtimes"].get("crun").is_none(),
+        "{out}"
+    );
+
+    // In place: the main config gets the same entry, and undo takes it out again.
+    let edited = written(
+        crio::edit(Some(source), file(), add(true)).unwrap().outcome,
+        "in place",
+    );
+    let doc: toml::Table = edited.parse().unwrap();
+    assert_eq!(
+        doc["crio"]["runtime"]["default_runtime"].as_str(),
+        Some("nvidia")
+    );
+    assert_eq!(
+        doc["crio"]["runtime"]["runtimes"]["nvidia"]["runtime_root"].as_str(),
+        Some("/run/crun")
+    );
+    let undone = written(
+        crio::edit(Some(&edited), file(), UNDO).unwrap().outcome,
+        "undo",
+    );
+    let doc: toml::Table = undone.parse().unwrap();
+    assert!(
+        doc["crio"]["runtime"]["runtimes"].get("nvidia").is_none(),
+        "{undone}"
+    );
+    assert!(
+        doc["crio"]["runtime"].get("default_runtime").is_none(),
+        "{undone}"
+    );
 }
 
 #[test]

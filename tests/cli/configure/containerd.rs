@@ -1,10 +1,11 @@
 //! `nvshim configure containerd` on the containerd corpus (v2 and v3 files), and containerd
 //! started by the test on what it wrote.
 
+use super::ctk::ctk_ok;
 use super::*;
 
-const CRI_V2: &str = "io.containerd.grpc.v1.cri";
-const CRI_V3: &str = "io.containerd.cri.v1.runtime";
+pub(super) const CRI_V2: &str = "io.containerd.grpc.v1.cri";
+pub(super) const CRI_V3: &str = "io.containerd.cri.v1.runtime";
 
 /// containerd fixtures: file, CRI runtime plugin, whether configure + undo gives it back
 /// byte for byte (the commented one had an old `nvidia` entry, which undo removes).
@@ -15,7 +16,7 @@ const CONTAINERD_CASES: &[(&str, &str, bool)] = &[
     ("commented-v2.toml", CRI_V2, false),
 ];
 
-fn toml_at<'a>(doc: &'a toml::Table, keys: &[&str]) -> Option<&'a toml::Value> {
+pub(super) fn toml_at<'a>(doc: &'a toml::Table, keys: &[&str]) -> Option<&'a toml::Value> {
     let (first, rest) = keys.split_first()?;
     let mut v = doc.get(*first)?;
     for k in rest {
@@ -196,22 +197,47 @@ fn containerd_loads_the_configured_file_and_ctr_runs_a_gpu_container() {
     let node = node(&NodeSpec::standard(4));
     let runtime = runtime_bin();
     let mut n = 0;
-    for name in ["containerd-1.6-default.toml", "debian-bookworm.toml"] {
+    // The stock file edited in place by `nvshim configure`; Debian's file through NVIDIA's
+    // default, a drop-in the config imports, by `nvidia-ctk runtime configure`.
+    for (name, drop_in) in [
+        ("containerd-1.6-default.toml", false),
+        ("debian-bookworm.toml", true),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");
         let original = fs::read_to_string(fixture("containerd", name)).unwrap();
         fs::write(&path, private_paths(&original, dir.path())).unwrap();
-        ok(
-            &[
-                "containerd",
-                "--config",
-                s(&path),
-                "--runtime-path",
-                &runtime,
-                "--set-as-default",
-            ],
-            name,
-        );
+        let runtime_file = if drop_in {
+            let file = dir.path().join("conf.d/99-nvidia.toml");
+            ctk_ok(
+                &[
+                    "--runtime=containerd",
+                    "--config",
+                    s(&path),
+                    "--drop-in-config",
+                    s(&file),
+                    "--nvidia-runtime-path",
+                    &runtime,
+                    "--set-as-default",
+                    "--cdi.enabled",
+                ],
+                name,
+            );
+            file
+        } else {
+            ok(
+                &[
+                    "containerd",
+                    "--config",
+                    s(&path),
+                    "--runtime-path",
+                    &runtime,
+                    "--set-as-default",
+                ],
+                name,
+            );
+            path.clone()
+        };
         let runtime_config = dir.path().join("runtime.toml");
         fs::write(&runtime_config, node.sim.runtime_config("runc", None)).unwrap();
         let containerd = Containerd::start_with_config(
@@ -250,10 +276,16 @@ fn containerd_loads_the_configured_file_and_ctr_runs_a_gpu_container() {
             started.contains("runc:{Type:io.containerd.runc.v2"),
             "{name}: {started}"
         );
+        // The file's own CRI settings hold with the drop-in imported (Debian's CNI dir).
+        let bin_dir = format!(
+            "NetworkPluginBinDir:{}",
+            dir.path().join("cni/bin").display()
+        );
+        assert!(started.contains(&bin_dir), "{name}: {started}");
 
         // ctr does not resolve CRI runtime names: it takes the shim and binary themselves. Read
         // them from the configured file, which is what the CRI plugin hands the runc shim.
-        let doc: toml::Table = fs::read_to_string(&path).unwrap().parse().unwrap();
+        let doc: toml::Table = fs::read_to_string(&runtime_file).unwrap().parse().unwrap();
         let entry = ["plugins", CRI_V2, "containerd", "runtimes", "nvidia"];
         let shim = toml_at(&doc, &[&entry[..], &["runtime_type"]].concat()).unwrap();
         let binary = toml_at(&doc, &[&entry[..], &["options", "BinaryName"]].concat()).unwrap();
@@ -320,21 +352,72 @@ fn containerd_1_6_drops_builtin_runc_when_a_file_lists_only_ours() {
     );
 }
 
+/// A version 1 file (no `version`: containerd 1.x's own default) gets the runtime under
+/// `plugins.cri`, and containerd's parser, which migrates it to the version 2 plugin id on
+/// load, sees it there.
 #[test]
-fn containerd_refuses_a_version_1_file() {
+fn containerd_version_1_file_gets_the_runtime_under_plugins_cri() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.toml");
-    // What docker's containerd.io package ships: no version, so version 1.
-    let original = "#   Copyright 2018-2022 Docker Inc.\n\ndisabled_plugins = [\"cri\"]\n";
+    let original = "oom_score = 0\n\n[plugins.cri]\n  sandbox_image = \"example.com/pause:1\"\n";
     fs::write(&path, original).unwrap();
-    let out = configure(&["containerd", "--config", s(&path)]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
-    assert!(stderr.contains(s(&path)), "{stderr}");
-    assert!(stderr.contains("version 1"), "{stderr}");
-    assert!(stderr.contains("containerd config migrate"), "{stderr}");
+    let runtime = runtime_bin();
+    let args = [
+        "containerd",
+        "--config",
+        s(&path),
+        "--runtime-path",
+        &runtime,
+    ];
+    ok(&[&args[..], &["--set-as-default"]].concat(), "v1");
+    let configured = fs::read_to_string(&path).unwrap();
+    assert!(configured.starts_with(original), "{configured}");
+    let doc: toml::Table = configured.parse().unwrap();
+    assert!(
+        doc.get("version").is_none(),
+        "still version 1: {configured}"
+    );
+    let binary = toml_at(
+        &doc,
+        &[
+            "plugins",
+            "cri",
+            "containerd",
+            "runtimes",
+            "nvidia",
+            "options",
+            "BinaryName",
+        ],
+    );
+    assert_eq!(binary.and_then(|v| v.as_str()), Some(runtime.as_str()));
+
+    let out = Command::new("containerd")
+        .args(["--config", s(&path), "config", "dump"])
+        .output()
+        .unwrap();
+    let (dump, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    let dumped: toml::Table = dump.parse().unwrap();
+    let cri = ["plugins", CRI_V2];
+    let at = |tail: &[&str]| toml_at(&dumped, &[&cri[..], tail].concat()).cloned();
+    assert_eq!(
+        at(&["containerd", "runtimes", "nvidia", "options", "BinaryName"])
+            .and_then(|v| v.as_str().map(str::to_owned)),
+        Some(runtime.clone()),
+        "{dump}"
+    );
+    assert_eq!(
+        at(&["containerd", "default_runtime_name"]).and_then(|v| v.as_str().map(str::to_owned)),
+        Some("nvidia".to_owned())
+    );
+    assert_eq!(
+        at(&["sandbox_image"]).and_then(|v| v.as_str().map(str::to_owned)),
+        Some("example.com/pause:1".to_owned())
+    );
+    assert!(at(&["containerd", "runtimes", "runc"]).is_some(), "{dump}");
+
+    ok(&["containerd", "--config", s(&path), "--undo"], "v1 undo");
     assert_eq!(fs::read_to_string(&path).unwrap(), original);
-    assert_eq!(listing(dir.path()), ["config.toml"]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ use nvshim_testkit::{Containerd, Dockerd, NodeSpec, tar_rootfs};
 use serde_json::{Map, Value};
 
 mod containerd;
+mod ctk;
 
 const NVSHIM: &str = env!("CARGO_BIN_EXE_nvshim");
 const IMAGE: &str = "nvshim-configure:glibc";
@@ -482,10 +483,13 @@ fn crio_drop_in_written_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let conf_d = dir.path().join("crio.conf.d");
     let drop_in = conf_d.join("99-nvidia.toml");
+    let main = dir.path().join("crio.conf");
     let args = [
         "crio",
         "--config-dir",
         s(&conf_d),
+        "--config",
+        s(&main),
         "--runtime-path",
         &runtime,
     ];
@@ -502,7 +506,8 @@ fn crio_drop_in_written_and_removed() {
         Some("nvidia")
     );
     assert!(
-        content.starts_with("# Written by `nvshim configure crio`"),
+        content
+            .starts_with("# Written by `nvidia-ctk runtime configure` / `nvshim configure crio`"),
         "{content}"
     );
 
