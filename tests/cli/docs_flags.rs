@@ -103,7 +103,8 @@ fn code_spans(cell: &str) -> Vec<&str> {
 }
 
 /// Flag names (without dashes) a flag-table cell names: every word in backticks that
-/// starts with `-`, cut at `=`, `[` or anything that is not part of a name.
+/// starts with `-`, cut at `=`, `[` or anything that is not part of a name (NVIDIA's
+/// names may hold dots: `--cdi.enabled`).
 fn flags_in_cell(cell: &str) -> Vec<String> {
     code_spans(cell)
         .into_iter()
@@ -112,8 +113,10 @@ fn flags_in_cell(cell: &str) -> Vec<String> {
         .map(|w| {
             w.trim_start_matches('-')
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
                 .collect::<String>()
+                .trim_end_matches('.')
+                .to_owned()
         })
         .filter(|name| !name.is_empty())
         .collect()
