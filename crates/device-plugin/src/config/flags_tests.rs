@@ -267,7 +267,14 @@ fn flags_nvshim_does_not_support_yet_fail_naming_the_feature() {
 #[test]
 fn flags_beat_their_env_vars_and_env_vars_work() {
     let hook = |path: &str| with(|s| s.cdi_hook_path = path.into());
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, Settings)> = vec![
+    /// Case name, flags, env, expected settings.
+    type Case = (
+        &'static str,
+        Vec<&'static str>,
+        Vec<(&'static str, &'static str)>,
+        Settings,
+    );
+    let cases: Vec<Case> = vec![
         (
             "--gds-enabled=false beats GDS_ENABLED",
             vec!["--gds-enabled=false"],
