@@ -117,7 +117,7 @@ struct RawPluginFlags {
 struct RawGfdFlags {
     oneshot: Option<bool>,
     no_timestamp: Option<bool>,
-    sleep_interval: Option<String>,
+    sleep_interval: Option<RawDuration>,
     output_file: Option<String>,
     machine_type_file: Option<String>,
 }
@@ -163,6 +163,38 @@ struct RawImex {
     channel_ids: Option<Spanned<Vec<IgnoredAny>>>,
     #[serde(rename = "required")]
     _required: Option<bool>,
+}
+
+/// A Go duration as NVIDIA's config reads it: a string (`60s`) or a number of
+/// nanoseconds, kept as text (`60000ms`) for `nvshim labels` to parse.
+struct RawDuration(String);
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl de::Visitor<'_> for Visit {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 60s, or a number of nanoseconds")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration(if v % 1_000_000 == 0 {
+                    format!("{}ms", v / 1_000_000)
+                } else {
+                    format!("{v}ns")
+                }))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDuration, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("negative duration {v}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 /// `deviceListStrategy: envvar` or `deviceListStrategy: [envvar, cdi-cri]`.
@@ -359,7 +391,7 @@ impl Checker<'_> {
         if let Some(gfd) = flags.gfd {
             out.gfd.oneshot = gfd.oneshot;
             out.gfd.no_timestamp = gfd.no_timestamp;
-            out.gfd.sleep_interval = non_empty(gfd.sleep_interval);
+            out.gfd.sleep_interval = non_empty(gfd.sleep_interval.map(|d| d.0));
             // An empty output file is GFD's stdout.
             out.gfd.output_file = gfd.output_file.map(PathBuf::from);
             out.gfd.machine_type_file = non_empty(gfd.machine_type_file).map(PathBuf::from);

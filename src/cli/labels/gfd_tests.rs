@@ -326,6 +326,13 @@ fn gfd_flags_env_and_file_resolve() {
             Some("flags: {gfd: {oneshot: true, sleepInterval: 30s}}"),
             default(),
         ),
+        (
+            "flags.gfd.sleepInterval in nanoseconds, as Go's JSON takes it",
+            &[],
+            &[],
+            Some("flags: {gfd: {sleepInterval: 90000000000}}"),
+            every(Duration::from_secs(90)),
+        ),
     ];
     for (case, args, env, yaml, want) in cases {
         let got = resolved(args, env, yaml).unwrap_or_else(|e| panic!("{case}: {e}"));
