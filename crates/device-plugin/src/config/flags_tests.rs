@@ -208,7 +208,7 @@ fn flags_nvshim_does_not_support_yet_fail_naming_the_feature() {
             &[],
             &[
                 "--cdi-disable-hooks=\"update-ldcache\"",
-                "disable-device-node-modification, all",
+                "hooks other than disable-device-node-modification (or all) yet",
             ],
         ),
         (

@@ -439,7 +439,7 @@ fn cdi_disable_hooks(args: &PluginArgs, env: &Env<'_>) -> Result<Vec<String>, Pl
             return Err(PluginConfigError::Unsupported {
                 origin: origin.to_owned(),
                 value: hook.clone(),
-                feature: "leaving out this hook (valid: disable-device-node-modification, all)",
+                feature: "leaving out hooks other than disable-device-node-modification (or all)",
             });
         }
     }
