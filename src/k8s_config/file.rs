@@ -181,7 +181,7 @@ impl<'de> Deserialize<'de> for RawDuration {
                 Ok(RawDuration(v.to_owned()))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
-                Ok(RawDuration(if v % 1_000_000 == 0 {
+                Ok(RawDuration(if v.is_multiple_of(1_000_000) {
                     format!("{}ms", v / 1_000_000)
                 } else {
                     format!("{v}ns")
