@@ -81,15 +81,16 @@ pub fn long_name(flag: &'static str) -> &'static str {
 
 /// A `createContainer` hook running `stage` of the hook binary at `path` (absolute, on
 /// the host) with `args` after it: `nvshim hook <stage> …` when the binary is `nvshim`,
+/// `nvidia-ctk hook <stage> …` when it is `nvidia-ctk` (as NVIDIA's specs run it),
 /// `<binary> <stage> …` otherwise. Its env is [`HOOK_ENV`], never the container's.
 pub fn stage_hook(path: &Path, stage: &str, args: Vec<String>) -> Hook {
     let name = path
         .file_name()
         .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned());
     let mut argv = Vec::with_capacity(3 + args.len());
-    let nvshim = name == NVSHIM_BINARY;
+    let hook_command = name == NVSHIM_BINARY || name == CTK_BINARY;
     argv.push(name);
-    if nvshim {
+    if hook_command {
         argv.push(NVSHIM_HOOK_COMMAND.to_owned());
     }
     argv.push(stage.to_owned());
@@ -140,6 +141,14 @@ mod tests {
             hook.args,
             ["nvshim", "hook", "disable-device-node-modification"]
         );
+        let hook = stage_hook(Path::new("/usr/bin/nvidia-ctk"), LINK_DRIVER, Vec::new());
+        assert_eq!(hook.args, ["nvidia-ctk", "hook", "link-driver"]);
+        let hook = stage_hook(
+            Path::new("/usr/bin/nvidia-cdi-hook"),
+            LINK_DRIVER,
+            Vec::new(),
+        );
+        assert_eq!(hook.args, ["nvidia-cdi-hook", "link-driver"]);
     }
 
     #[test]

@@ -25,6 +25,9 @@ impl fmt::Display for FileSpot {
     }
 }
 
+/// Go's `strconv.ParseBool` spellings, which NVIDIA's flags and env vars accept.
+pub const BOOL_SPELLINGS: &str = "1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False";
+
 /// Why a value or the config file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum K8sConfigError {
@@ -38,6 +41,13 @@ pub enum K8sConfigError {
     DeviceIdStrategy { value: String },
     #[error("unknown device discovery strategy {value:?} (valid: auto, nvml)")]
     DiscoveryStrategy { value: String },
+    /// One of NVIDIA's strategies that nvshim does not implement yet.
+    #[error(
+        "device discovery strategy {value:?} is not supported by nvshim yet (valid: auto, nvml)"
+    )]
+    DiscoveryNotYet { value: String },
+    #[error("{value:?} is not a boolean (valid: {BOOL_SPELLINGS})")]
+    Bool { value: String },
     #[error(
         "{origin}: empty device list strategy (valid: envvar, volume-mounts, cdi-annotations, cdi-cri)"
     )]

@@ -18,8 +18,8 @@ use serde_saphyr::Spanned;
 
 use super::values::parse_device_list_strategies;
 use super::{
-    DeviceIdStrategy, DeviceListStrategy, FileSpot, K8sConfigError, MigStrategy, SharedResource,
-    Sharing, SharingStrategy,
+    DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy, FileSpot, K8sConfigError, MigStrategy,
+    SharedResource, Sharing, SharingStrategy,
 };
 
 /// The resource names time-slicing and MPS may share: this one, or `nvidia.com/mig-<profile>`.
@@ -45,6 +45,25 @@ pub struct FileSettings {
     /// Where the `sharing.*` key is, for the checks that need the other settings too.
     pub sharing_at: Option<FileSpot>,
     pub container_driver_root: Option<PathBuf>,
+    /// `flags.plugin.nvidiaCTKPath`: the hook binary the plugin's CDI spec runs.
+    pub cdi_hook_path: Option<PathBuf>,
+    /// `flags.deviceDiscoveryStrategy`.
+    pub discovery: Option<DiscoveryStrategy>,
+    /// gpu-feature-discovery's keys, for `nvshim labels`.
+    pub gfd: GfdFileSettings,
+}
+
+/// `flags.gfd.*` and `flags.useNodeFeatureAPI`: what gpu-feature-discovery reads from
+/// the shared file. Values as written (`nvshim labels` checks them); `None` where unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GfdFileSettings {
+    pub oneshot: Option<bool>,
+    pub no_timestamp: Option<bool>,
+    /// A Go duration such as `60s`.
+    pub sleep_interval: Option<String>,
+    pub output_file: Option<PathBuf>,
+    pub machine_type_file: Option<PathBuf>,
+    pub use_node_feature_api: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -71,10 +90,9 @@ struct RawFlags {
     mps_root: Option<Spanned<String>>,
     /// GFD only.
     #[serde(rename = "useNodeFeatureAPI")]
-    _use_node_feature_api: Option<IgnoredAny>,
+    use_node_feature_api: Option<bool>,
     plugin: Option<RawPluginFlags>,
-    #[serde(rename = "gfd")]
-    _gfd: Option<RawGfdFlags>,
+    gfd: Option<RawGfdFlags>,
 }
 
 #[derive(Deserialize)]
@@ -85,28 +103,23 @@ struct RawPluginFlags {
     #[serde(rename = "deviceIDStrategy")]
     device_id_strategy: Option<Spanned<String>>,
     cdi_annotation_prefix: Option<String>,
-    /// For NVIDIA's CDI hooks; nvshim's runtime needs none.
+    /// The hook binary the plugin's CDI spec runs.
     #[serde(rename = "nvidiaCTKPath")]
-    _nvidia_ctk_path: Option<IgnoredAny>,
+    nvidia_ctk_path: Option<String>,
     /// Where the plugin's container sees the host's driver root.
     container_driver_root: Option<String>,
     shared_devices_allocation_policy: Option<Spanned<String>>,
 }
 
-/// gpu-feature-discovery's keys: known, so not typos, and not ours to check.
+/// gpu-feature-discovery's keys (`flags.gfd`), which `nvshim labels` reads.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawGfdFlags {
-    #[serde(rename = "oneshot")]
-    _oneshot: Option<IgnoredAny>,
-    #[serde(rename = "noTimestamp")]
-    _no_timestamp: Option<IgnoredAny>,
-    #[serde(rename = "sleepInterval")]
-    _sleep_interval: Option<IgnoredAny>,
-    #[serde(rename = "outputFile")]
-    _output_file: Option<IgnoredAny>,
-    #[serde(rename = "machineTypeFile")]
-    _machine_type_file: Option<IgnoredAny>,
+    oneshot: Option<bool>,
+    no_timestamp: Option<bool>,
+    sleep_interval: Option<RawDuration>,
+    output_file: Option<String>,
+    machine_type_file: Option<String>,
 }
 
 /// `resources.{gpus,mig}`: NVIDIA's resource renaming, disabled there and here.
@@ -150,6 +163,38 @@ struct RawImex {
     channel_ids: Option<Spanned<Vec<IgnoredAny>>>,
     #[serde(rename = "required")]
     _required: Option<bool>,
+}
+
+/// A Go duration as NVIDIA's config reads it: a string (`60s`) or a number of
+/// nanoseconds, kept as text (`60000ms`) for `nvshim labels` to parse.
+struct RawDuration(String);
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl de::Visitor<'_> for Visit {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 60s, or a number of nanoseconds")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration(if v.is_multiple_of(1_000_000) {
+                    format!("{}ms", v / 1_000_000)
+                } else {
+                    format!("{v}ns")
+                }))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDuration, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("negative duration {v}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 /// `deviceListStrategy: envvar` or `deviceListStrategy: [envvar, cdi-cri]`.
@@ -317,17 +362,10 @@ impl Checker<'_> {
                 });
             }
         }
-        if let Some(strategy) = &flags.device_discovery_strategy
-            && !matches!(strategy.value.as_str(), "auto" | "nvml")
-        {
-            return Err(self.value(
-                strategy,
-                "flags.deviceDiscoveryStrategy",
-                K8sConfigError::DiscoveryStrategy {
-                    value: strategy.value.clone(),
-                },
-            ));
-        }
+        let discovery: Option<DiscoveryStrategy> = self.parsed(
+            flags.device_discovery_strategy.as_ref(),
+            "flags.deviceDiscoveryStrategy",
+        )?;
         let mps_root = match flags.mps_root.filter(|root| !root.value.is_empty()) {
             // Relative to what? The daemon and the plugin run in different containers;
             // only an absolute host path means the same directory to both.
@@ -346,8 +384,18 @@ impl Checker<'_> {
             fail_on_init_error: flags.fail_on_init_error,
             driver_root: non_empty(flags.nvidia_driver_root).map(PathBuf::from),
             dev_root: non_empty(flags.nvidia_dev_root).map(PathBuf::from),
+            discovery,
             ..FileSettings::default()
         };
+        out.gfd.use_node_feature_api = flags.use_node_feature_api;
+        if let Some(gfd) = flags.gfd {
+            out.gfd.oneshot = gfd.oneshot;
+            out.gfd.no_timestamp = gfd.no_timestamp;
+            out.gfd.sleep_interval = non_empty(gfd.sleep_interval.map(|d| d.0));
+            // An empty output file is GFD's stdout.
+            out.gfd.output_file = gfd.output_file.map(PathBuf::from);
+            out.gfd.machine_type_file = non_empty(gfd.machine_type_file).map(PathBuf::from);
+        }
         if let Some(plugin) = flags.plugin {
             if let Some(policy) = &plugin.shared_devices_allocation_policy
                 && policy.value != "distributed"
@@ -369,6 +417,7 @@ impl Checker<'_> {
             )?;
             out.cdi_annotation_prefix = non_empty(plugin.cdi_annotation_prefix);
             out.container_driver_root = non_empty(plugin.container_driver_root).map(PathBuf::from);
+            out.cdi_hook_path = non_empty(plugin.nvidia_ctk_path).map(PathBuf::from);
         }
         Ok(out)
     }

@@ -16,9 +16,9 @@ mod error;
 mod file;
 mod values;
 
-pub use error::{FileSpot, K8sConfigError};
-pub use file::{FileSettings, GPU_RESOURCE, load_file, parse_file};
-pub use values::{parse_device_list_strategies, parse_device_list_strategy};
+pub use error::{BOOL_SPELLINGS, FileSpot, K8sConfigError};
+pub use file::{FileSettings, GPU_RESOURCE, GfdFileSettings, load_file, parse_file};
+pub use values::{parse_device_list_strategies, parse_device_list_strategy, parse_go_bool};
 
 use serde::Serialize;
 
@@ -38,6 +38,17 @@ pub enum DeviceListStrategy {
     VolumeMounts,
     CdiAnnotations,
     CdiCri,
+}
+
+/// How devices are found (`--device-discovery-strategy`, `flags.deviceDiscoveryStrategy`):
+/// the NVIDIA names nvshim implements. `auto` is NVML here, as on any node without
+/// Tegra's CSV files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscoveryStrategy {
+    #[default]
+    Auto,
+    Nvml,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{DeviceIdStrategy, DeviceListStrategy, K8sConfigError, MigStrategy};
+use super::{DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy, K8sConfigError, MigStrategy};
 
 impl MigStrategy {
     pub const fn as_str(self) -> &'static str {
@@ -120,4 +120,55 @@ pub fn parse_device_list_strategy(s: &str) -> Result<DeviceListStrategy, K8sConf
 /// `DEVICE_LIST_STRATEGY`; items are trimmed, order and duplicates kept.
 pub fn parse_device_list_strategies(s: &str) -> Result<Vec<DeviceListStrategy>, K8sConfigError> {
     s.split(',').map(parse_device_list_strategy).collect()
+}
+
+impl DiscoveryStrategy {
+    /// NVIDIA's device discovery strategies that nvshim does not implement yet:
+    /// `tegra` (the plugin's and GFD's CSV-file discovery) and `vfio` (GFD's
+    /// passthrough GPUs).
+    pub const NOT_YET: [&'static str; 2] = ["tegra", "vfio"];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Nvml => "nvml",
+        }
+    }
+}
+
+/// `auto` or `nvml`; NVIDIA's other strategies ([`DiscoveryStrategy::NOT_YET`]) are an
+/// error that says they are not supported yet, anything else an unknown strategy.
+impl FromStr for DiscoveryStrategy {
+    type Err = K8sConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "nvml" => Ok(Self::Nvml),
+            _ if Self::NOT_YET.contains(&s) => Err(K8sConfigError::DiscoveryNotYet {
+                value: s.to_owned(),
+            }),
+            _ => Err(K8sConfigError::DiscoveryStrategy {
+                value: s.to_owned(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for DiscoveryStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads it, which is what NVIDIA's flags and
+/// env vars (the plugin's and GFD's) accept.
+pub fn parse_go_bool(s: &str) -> Result<bool, K8sConfigError> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(K8sConfigError::Bool {
+            value: s.to_owned(),
+        }),
+    }
 }

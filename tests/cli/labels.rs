@@ -329,6 +329,94 @@ fn bad_flags_name_the_bad_value() {
     }
 }
 
+/// `nvshim labels <args>` on the node with `env` added to the node's.
+fn labels_with_env(setup: &Setup, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvshim"));
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("labels")
+        .args(args)
+        .args(setup.node.sim.root_args())
+        .envs(env.iter().copied());
+    for (k, v) in setup.node.sim.env() {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// gpu-feature-discovery's flags and `GFD_*` variables reach the binary; what nvshim
+/// lacks fails by name. (The full tables are `cli::labels::gfd_tests`.)
+#[test]
+fn gpu_feature_discoverys_flags_and_env_vars() {
+    let setup = Setup::new(&mixed_spec());
+    let machine = setup.machine_file();
+    let want = setup.labels(&["--output", "-", "--mig-strategy", "mixed"]);
+    let gfd = [
+        "--oneshot",
+        "--no-timestamp",
+        "--use-node-feature-api=false",
+        "--device-discovery-strategy=auto",
+        "--fail-on-init-error=true",
+        "--node-name=node-1",
+        "--namespace=gpu-operator",
+        "--machine-type-file",
+        &machine,
+        "--output-file=",
+    ];
+    let out = labels_with_env(&setup, &gfd, &[("GFD_MIG_STRATEGY", "mixed")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        want,
+        "GFD's flags, stdout"
+    );
+
+    fs::create_dir_all(setup.out_dir()).unwrap();
+    let file = setup.out_file();
+    let out = labels_with_env(
+        &setup,
+        &[],
+        &[
+            ("GFD_ONESHOT", "true"),
+            ("GFD_OUTPUT_FILE", file.to_str().unwrap()),
+            ("GFD_MACHINE_TYPE_FILE", &machine),
+            ("MIG_STRATEGY", "mixed"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        want,
+        "GFD's env vars, file"
+    );
+
+    for (case, args, needle) in [
+        (
+            "NodeFeature API",
+            &["--use-node-feature-api"][..],
+            "feature file only for now",
+        ),
+        (
+            "tegra",
+            &["--device-discovery-strategy", "tegra"],
+            "not supported by nvshim yet",
+        ),
+    ] {
+        let out = labels_with_env(&setup, args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "case {case}: {err}");
+        assert!(err.contains(needle), "case {case}: {err}");
+    }
+}
+
 #[test]
 fn the_interval_loop_relabels_on_change_and_stops_on_sigterm() {
     let setup = Setup::new(&mixed_spec());

@@ -205,7 +205,10 @@ pub fn build(
         hook_path: settings.cdi_hook_path.display().to_string(),
         // The whole driver, as in NVIDIA's specs: a CDI name carries no capabilities.
         capabilities: DriverCapabilities::all(),
-        cover_params: true,
+        cover_params: !nvshim::hook_contract::disables(
+            &settings.cdi_disable_hooks,
+            nvshim::hook_contract::DISABLE_DEVICE_NODE_MODIFICATION,
+        ),
         only: Some(names.clone()),
     };
     let ctx = Context {

@@ -62,14 +62,15 @@ fn the_daemonset_runs_nvshim_labels_into_nfds_directory() {
         panic!("not `nvshim labels`: {args:?}");
     };
     assert_eq!(labels.interval, Some(std::time::Duration::from_secs(60)));
-    assert_eq!(labels.output, Path::new(FEATURES_D).join("nvshim"));
+    let output = labels.output.clone().expect("an output file");
+    assert_eq!(output, Path::new(FEATURES_D).join("nvshim"));
 
     // The output's directory is the host's features.d, mounted at the same path.
     let mount = container["volumeMounts"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| labels.output.starts_with(m["mountPath"].as_str().unwrap()))
+        .find(|m| output.starts_with(m["mountPath"].as_str().unwrap()))
         .expect("a mount holding the output file");
     assert_eq!(mount["mountPath"], FEATURES_D);
     let volume = pod["volumes"]

@@ -3,7 +3,8 @@
 //! Node Feature Discovery's local feature file format, one `key=value` a line, sorted.
 //!
 //! ```text
-//! mod       flags, one shot or the --interval loop, reading the node, writing the file
+//! mod       one shot or the --sleep-interval loop, reading the node, writing the file
+//! gfd       gpu-feature-discovery's flags, env vars and flags.gfd keys → Resolved
 //! compute   inventory × MIG strategy × time-slicing → labels (pure)
 //! k8s       Kubernetes' label key/value rules and the value sanitiser (pure)
 //! stop      the loop's wait: the interval, or SIGTERM/SIGINT (signalfd + poll)
@@ -13,15 +14,18 @@
 //! with a dot, which NFD's worker skips) and only when a label changed. In the loop,
 //! SIGTERM and SIGINT end the run and remove the file, as GFD does, so that a node whose
 //! labeller is gone does not keep advertising stale labels. The MIG strategy and
-//! time-slicing come from the device plugin's own config file (`--config`), so the labels
-//! describe what the plugin advertises; `--mig-strategy` overrides the file.
+//! time-slicing come from the device plugin's own config file (`--config-file`), so the
+//! labels describe what the plugin advertises; `--mig-strategy` overrides the file.
 
 mod compute;
+pub mod gfd;
 mod k8s;
 mod stop;
 
 #[cfg(test)]
 mod deployments_tests;
+#[cfg(test)]
+mod gfd_tests;
 #[cfg(test)]
 mod tests;
 
@@ -29,51 +33,46 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Args;
-
 pub use compute::{Facts, LabelSettings, Labels, MIXED_PRODUCT, PREFIX, compute, family};
+pub use gfd::{LabelsArgs, Output, Resolved};
 pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 
 use super::{CliError, HostArgs};
 use crate::files::write::{self, WriteError};
 use crate::inventory::{Backend, Inventory, InventoryError};
-use crate::k8s_config::{FileSettings, K8sConfigError, MigStrategy, load_file};
+use crate::k8s_config::{FileSettings, K8sConfigError, load_file};
 use stop::StopSignals;
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
 pub const DEFAULT_OUTPUT: &str = "/etc/kubernetes/node-feature-discovery/features.d/nvshim";
 /// The machine's model, as GFD reads it for `nvidia.com/gpu.machine`.
 pub const MACHINE_TYPE_FILE: &str = "/sys/class/dmi/id/product_name";
-/// `--output` value meaning stdout.
-const STDOUT: &str = "-";
-
-#[derive(Debug, Args)]
-pub struct LabelsArgs {
-    /// The NFD local feature file to write ("-": stdout).
-    #[arg(long, short = 'o', value_name = "FILE", default_value = DEFAULT_OUTPUT)]
-    pub output: PathBuf,
-    /// Relabel every DURATION (e.g. 60s, 5m, 1h30m) until SIGTERM or SIGINT, rewriting
-    /// the file only when a label changed; without it, label once and exit.
-    #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
-    pub interval: Option<Duration>,
-    /// How the device plugin advertises MIG devices: none, single or mixed
-    /// [default: the config file's flags.migStrategy, else none].
-    #[arg(long, value_name = "STRATEGY")]
-    pub mig_strategy: Option<MigStrategy>,
-    /// The device plugin's config file (version: v1), for flags.migStrategy and
-    /// sharing.timeSlicing or sharing.mps (gpu.replicas, gpu.sharing-strategy, the -SHARED
-    /// product, mps.capable).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The file holding the machine's model, for nvidia.com/gpu.machine.
-    #[arg(long, value_name = "FILE", default_value = MACHINE_TYPE_FILE)]
-    pub machine_type_file: PathBuf,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabelsError {
     #[error("invalid interval {value:?}: {reason} (e.g. 60s, 5m, 1h30m; units ms, s, m, h)")]
     Interval { value: String, reason: &'static str },
+    /// A bad value from an env var or config key named by `origin`.
+    #[error("{origin}: {source}")]
+    In {
+        origin: &'static str,
+        #[source]
+        source: Box<LabelsError>,
+    },
+    #[error("{name}: {source}")]
+    Env {
+        name: &'static str,
+        #[source]
+        source: K8sConfigError,
+    },
+    #[error(
+        "--use-node-feature-api=true: nvshim labels writes the feature file only for now; \
+         NFD's NodeFeature API is not supported yet (set --use-node-feature-api=false, or \
+         GFD_USE_NODE_FEATURE_API=false)"
+    )]
+    NodeFeatureApi,
+    #[error("--device-discovery-strategy: {0}")]
+    Discovery(#[source] K8sConfigError),
     #[error(transparent)]
     Config(#[from] K8sConfigError),
     #[error(transparent)]
@@ -92,38 +91,69 @@ pub enum LabelsError {
     },
 }
 
+impl LabelsError {
+    /// Names where a bad value came from.
+    fn in_origin(self, origin: &'static str) -> Self {
+        Self::In {
+            origin,
+            source: Box::new(self),
+        }
+    }
+}
+
 pub fn run(host: &HostArgs, args: &LabelsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    Ok(labeller(host, args)?.run(out)?)
+    Ok(labeller(host, args, &|name| std::env::var(name).ok())?.run(out)?)
 }
 
 /// Everything one run needs, resolved once.
-struct Labeller<'a> {
-    host: &'a HostArgs,
-    args: &'a LabelsArgs,
+struct Labeller {
+    host: HostArgs,
+    resolved: Resolved,
     settings: LabelSettings,
 }
 
-fn labeller<'a>(host: &'a HostArgs, args: &'a LabelsArgs) -> Result<Labeller<'a>, LabelsError> {
-    let file = match &args.config {
-        Some(path) => load_file(path)?,
+fn labeller(
+    host: &HostArgs,
+    args: &LabelsArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Labeller, LabelsError> {
+    let file = match gfd::config_file(args, env) {
+        Some(path) => load_file(&path)?,
         None => FileSettings::default(),
     };
+    let resolved = gfd::resolve(args, env, &file)?;
+    let mut host = host.clone();
+    if let Some(root) = &resolved.driver_root {
+        host.driver_root = root.clone();
+    }
+    if resolved.nvml_only {
+        host.backend = Backend::Nvml;
+    }
     let settings = LabelSettings {
-        mig_strategy: args.mig_strategy.or(file.mig_strategy).unwrap_or_default(),
-        sharing: file.sharing,
+        mig_strategy: resolved.mig_strategy,
+        sharing: resolved.sharing.clone(),
     };
     Ok(Labeller {
         host,
-        args,
+        resolved,
         settings,
     })
 }
 
-impl Labeller<'_> {
+impl Labeller {
     fn run(&self, out: &mut dyn Write) -> Result<(), LabelsError> {
-        let Some(interval) = self.args.interval else {
-            let text = render(&self.labels()?);
-            return self.emit(&text, out).map(|_| ());
+        let Some(interval) = self.resolved.interval else {
+            let labels = match self.labels() {
+                Ok(labels) => labels,
+                // GFD's `--fail-on-init-error=false`: a node whose GPUs cannot be read
+                // is not a failed run.
+                Err(error) if !self.resolved.fail_on_init_error => {
+                    tracing::error!("{error}; no labels written (--fail-on-init-error=false)");
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            };
+            return self.emit(&render(&labels), out).map(|_| ());
         };
         self.repeat(interval, out)
     }
@@ -134,8 +164,15 @@ impl Labeller<'_> {
         // Listen before the first round, so that a signal during it is not fatal.
         let stop = StopSignals::listen().map_err(LabelsError::Signals)?;
         let mut last: Option<String> = None;
+        let mut first = true;
         loop {
             let round = self.labels().map(|labels| render(&labels));
+            // As GFD: with --fail-on-init-error (the default), a node whose GPUs cannot be
+            // read at start is an error; later failures keep the previous labels.
+            if first && self.resolved.fail_on_init_error && round.is_err() {
+                return round.map(|_| ());
+            }
+            first = false;
             match round {
                 Ok(text) if last.as_ref() == Some(&text) && self.to_stdout() => {}
                 Ok(text) => match self.emit(&text, out) {
@@ -158,10 +195,10 @@ impl Labeller<'_> {
             }
         }
         tracing::info!("stopping");
-        if self.to_stdout() {
+        let Output::File(output) = &self.resolved.output else {
             return Ok(());
-        }
-        let path = write::resolve(&self.args.output);
+        };
+        let path = write::resolve(output);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -170,13 +207,13 @@ impl Labeller<'_> {
     }
 
     fn to_stdout(&self) -> bool {
-        self.args.output.as_os_str() == STDOUT
+        self.resolved.output == Output::Stdout
     }
 
     /// Reads the node and computes its labels.
     fn labels(&self) -> Result<Labels, LabelsError> {
-        let (backend, inventory) = load(self.host)?;
-        let machine = read_machine(&self.args.machine_type_file);
+        let (backend, inventory) = load(&self.host)?;
+        let machine = read_machine(&self.resolved.machine_type_file);
         let facts = Facts {
             inventory: &inventory,
             from_nvml: backend == Backend::Nvml,
@@ -188,13 +225,13 @@ impl Labeller<'_> {
     /// Writes `text` to stdout, or replaces the file with it unless it already holds
     /// exactly that; says whether anything was written.
     fn emit(&self, text: &str, out: &mut dyn Write) -> Result<bool, LabelsError> {
-        if self.to_stdout() {
+        let Output::File(output) = &self.resolved.output else {
             out.write_all(text.as_bytes())
                 .and_then(|()| out.flush())
                 .map_err(LabelsError::Stdout)?;
             return Ok(true);
-        }
-        let path = write::resolve(&self.args.output);
+        };
+        let path = write::resolve(output);
         let existing = write::read(&path)?;
         if existing.as_ref().is_some_and(|old| old.text == text) {
             return Ok(false);

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
-use crate::k8s_config::{SharedResource, Sharing, SharingStrategy};
+use crate::k8s_config::{MigStrategy, SharedResource, Sharing, SharingStrategy};
 
 const GIB: u64 = 1 << 30;
 const A100: &str = "NVIDIA A100-SXM4-80GB";

@@ -44,7 +44,11 @@ pub const ENV_DRIVER_ROOT_CTR_PATH: &str = "DRIVER_ROOT_CTR_PATH";
 pub const ENV_CONTAINER_DRIVER_ROOT: &str = "CONTAINER_DRIVER_ROOT";
 /// `--cdi-spec-dir` (ours).
 pub const ENV_CDI_SPEC_DIR: &str = "NVSHIM_CDI_SPEC_DIR";
-/// `--cdi-hook-path` (ours).
+/// `--nvidia-cdi-hook-path`, NVIDIA's name (the first one set wins).
+pub const ENV_NVIDIA_CDI_HOOK_PATH: &str = "NVIDIA_CDI_HOOK_PATH";
+/// `--nvidia-cdi-hook-path`, NVIDIA's older name.
+pub const ENV_NVIDIA_CTK_PATH: &str = "NVIDIA_CTK_PATH";
+/// `--nvidia-cdi-hook-path`, our name from before we took NVIDIA's.
 pub const ENV_CDI_HOOK_PATH: &str = "NVSHIM_CDI_HOOK_PATH";
 /// `--socket-dir` (ours).
 pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
@@ -70,8 +74,16 @@ pub const ENV_GDS_ENABLED: &str = "GDS_ENABLED";
 pub const ENV_MOFED_ENABLED: &str = "MOFED_ENABLED";
 /// NVIDIA's IMEX channel list; nvshim rejects a non-empty one.
 pub const ENV_IMEX_CHANNEL_IDS: &str = "IMEX_CHANNEL_IDS";
+/// NVIDIA's IMEX switch: the listed channels must exist (no channels: no effect).
+pub const ENV_IMEX_REQUIRED: &str = "IMEX_REQUIRED";
 /// NVIDIA's discovery switch (`auto|nvml|tegra`); nvshim accepts `auto` and `nvml`.
 pub const ENV_DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
+/// NVIDIA's CDI generator feature flags; nvshim has none, so rejects a non-empty list.
+pub const ENV_CDI_FEATURE_FLAGS: &str = "CDI_FEATURE_FLAGS";
+/// Hooks to leave out of the CDI spec (`all`, or names).
+pub const ENV_CDI_DISABLE_HOOKS: &str = "CDI_DISABLE_HOOKS";
+/// How replicas and MIG devices are picked (`distributed|packed`); nvshim does `distributed`.
+pub const ENV_SHARED_DEVICES_ALLOCATION_POLICY: &str = "SHARED_DEVICES_ALLOCATION_POLICY";
 
 /// The `nvidia-device-plugin` command line. `None` means "not on the command line";
 /// [`super::resolve`] then looks at the env var named in each flag's help, then the
@@ -80,9 +92,14 @@ pub const ENV_DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
 #[command(
     name = "nvidia-device-plugin",
     version,
+    disable_version_flag = true,
     about = "Kubernetes device plugin for NVIDIA GPUs (nvshim)"
 )]
 pub struct PluginArgs {
+    /// Print the version (NVIDIA's plugin spells it -v)
+    #[arg(short = 'v', short_alias = 'V', long, action = clap::ArgAction::Version)]
+    pub version: Option<bool>,
+
     /// How MIG devices are advertised: none, single or mixed [env: MIG_STRATEGY] [default: none]
     #[arg(long, global = true, value_name = "STRATEGY")]
     pub mig_strategy: Option<MigStrategy>,
@@ -187,10 +204,113 @@ pub struct PluginArgs {
     #[arg(long, value_name = "DIR", value_parser = path_parser())]
     pub cdi_spec_dir: Option<PathBuf>,
 
-    /// The hook the CDI spec runs, a host path: nvidia-container-runtime-hook or nvshim
-    /// [env: NVSHIM_CDI_HOOK_PATH] [default: /usr/bin/nvidia-container-runtime-hook]
-    #[arg(long, value_name = "PATH", value_parser = path_parser())]
+    /// The hook binary the CDI spec runs, a host path: nvidia-ctk (runs `hook <stage>`),
+    /// nvidia-cdi-hook, nvidia-container-runtime-hook or nvshim
+    /// [env: NVIDIA_CDI_HOOK_PATH, NVIDIA_CTK_PATH, NVSHIM_CDI_HOOK_PATH]
+    /// [default: /usr/bin/nvidia-ctk]
+    #[arg(
+        long = "nvidia-cdi-hook-path",
+        visible_aliases = ["nvidia-ctk-path", "cdi-hook-path"],
+        value_name = "PATH",
+        value_parser = path_parser(),
+    )]
     pub cdi_hook_path: Option<PathBuf>,
+
+    /// NVIDIA's CDI hooks to leave out of the spec: disable-device-node-modification or
+    /// all (the driver's links and linker cache stay); repeatable and comma-separated
+    /// [env: CDI_DISABLE_HOOKS] [default: none]
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOOK",
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
+    )]
+    pub cdi_disable_hooks: Option<Vec<String>>,
+
+    /// NVIDIA's CDI generator feature flags: none is supported yet, so any is an error
+    /// [env: CDI_FEATURE_FLAGS] [default: none]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FLAG",
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
+    )]
+    pub cdi_feature_flags: Option<Vec<String>>,
+
+    /// How devices are found: auto or nvml (NVIDIA's tegra is not supported yet)
+    /// [env: DEVICE_DISCOVERY_STRATEGY] [default: auto]
+    #[arg(long, global = true, value_name = "STRATEGY")]
+    pub device_discovery_strategy: Option<String>,
+
+    /// How replicas and MIG devices are picked: distributed (NVIDIA's packed is not
+    /// supported yet) [env: SHARED_DEVICES_ALLOCATION_POLICY] [default: distributed]
+    #[arg(long, global = true, value_name = "POLICY")]
+    pub shared_devices_allocation_policy: Option<String>,
+
+    /// NVIDIA's GDRCopy switch; true is not supported yet [env: GDRCOPY_ENABLED]
+    /// [default: false]
+    #[arg(
+        global = true,
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool,
+    )]
+    pub gdrcopy_enabled: Option<bool>,
+
+    /// NVIDIA's GPUDirect Storage switch; true is not supported yet [env: GDS_ENABLED]
+    /// [default: false]
+    #[arg(
+        global = true,
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool,
+    )]
+    pub gds_enabled: Option<bool>,
+
+    /// NVIDIA's MOFED switch; true is not supported yet [env: MOFED_ENABLED]
+    /// [default: false]
+    #[arg(
+        global = true,
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool,
+    )]
+    pub mofed_enabled: Option<bool>,
+
+    /// IMEX channels to inject ([] or [0]); channels are not supported yet, so any is
+    /// an error; repeatable and comma-separated [env: IMEX_CHANNEL_IDS] [default: none]
+    #[arg(
+        long,
+        global = true,
+        value_name = "ID",
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
+    )]
+    pub imex_channel_ids: Option<Vec<i64>>,
+
+    /// The IMEX channels listed must exist (no channels: no effect)
+    /// [env: IMEX_REQUIRED] [default: false]
+    #[arg(
+        global = true,
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_bool,
+    )]
+    pub imex_required: Option<bool>,
 
     /// Serve /healthz and /readyz on this IP:PORT [env: NVSHIM_HEALTH_ADDR] [default: off]
     #[arg(long, global = true, value_name = "IP:PORT")]

@@ -40,16 +40,24 @@ pub enum PluginConfigError {
         source: Box<PluginConfigError>,
     },
     #[error(
-        "the CDI hook path {path:?} must be absolute: container engines run it on the host, \
-         outside any search path"
+        "{origin}: the CDI hook path {path:?} must be absolute: container engines run it on \
+         the host, outside any search path"
     )]
-    RelativeHookPath { path: PathBuf },
-    /// One of NVIDIA's features nvshim does not implement, switched on by an env var.
-    #[error("{name}={value:?}: nvshim does not support {feature}")]
-    UnsupportedEnv {
-        name: &'static str,
+    RelativeHookPath { origin: &'static str, path: PathBuf },
+    /// One of NVIDIA's features nvshim does not implement yet, switched on by a flag
+    /// (`origin` is `--flag`) or an env var (`origin` is its name).
+    #[error("{origin}={value:?}: nvshim does not support {feature} yet")]
+    Unsupported {
+        origin: String,
         value: String,
         feature: &'static str,
+    },
+    /// A value of a flag or env var outside NVIDIA's own set.
+    #[error("{origin}: invalid value {value:?} (valid: {valid})")]
+    Invalid {
+        origin: String,
+        value: String,
+        valid: &'static str,
     },
     /// `sharing.mps` without a root for the daemons' pipes; `at` is where `sharing.mps` is.
     #[error(

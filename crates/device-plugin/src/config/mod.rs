@@ -25,6 +25,8 @@ mod env_tests;
 #[cfg(test)]
 mod file_tests;
 #[cfg(test)]
+mod flags_tests;
+#[cfg(test)]
 mod mps_tests;
 #[cfg(test)]
 mod proptests;
@@ -43,7 +45,7 @@ pub use values::{parse_bool, parse_listen_addr};
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -62,9 +64,15 @@ pub const CDI_SPEC_FILE: &str = "k8s.device-plugin.nvidia.com-gpu.json";
 /// NVIDIA's default `containerDriverRoot`: where its Helm chart mounts the host's
 /// driver root into the plugin's container.
 pub const CONTAINER_DRIVER_ROOT: &str = "/driver-root";
-/// The hook our CDI specs run (`link-driver`), where our packages install it on the
-/// host.
-pub const CDI_HOOK_PATH: &str = "/usr/bin/nvidia-container-runtime-hook";
+/// Where packages install the CDI hook binary on the host.
+pub const CDI_HOOK_DIR: &str = "/usr/bin";
+
+/// The hook binary our CDI specs run (`nvidia-ctk hook link-driver …`) when not told:
+/// NVIDIA's default, `/usr/bin/nvidia-ctk`, which our packages install as a name of
+/// `nvshim`.
+pub fn default_cdi_hook_path() -> PathBuf {
+    Path::new(CDI_HOOK_DIR).join(nvshim::hook_contract::CTK_BINARY)
+}
 /// The XIDs NVIDIA's plugin treats as application errors, not GPU faults.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
@@ -136,9 +144,11 @@ pub struct Settings {
     pub container_driver_root: Option<PathBuf>,
     /// `--cdi-spec-dir`: where the CDI spec of the `cdi-*` strategies is written.
     pub cdi_spec_dir: PathBuf,
-    /// `--cdi-hook-path`: the hook binary the spec's `createContainer` hook runs, a
-    /// host path.
+    /// `--nvidia-cdi-hook-path`: the hook binary the spec's `createContainer` hook
+    /// runs, a host path.
     pub cdi_hook_path: PathBuf,
+    /// `--cdi-disable-hooks`: NVIDIA's hook names (or `all`) left out of the spec.
+    pub cdi_disable_hooks: Vec<String>,
     /// `--kubelet-socket`; `None` (given as `""`) serves without registering.
     pub kubelet_socket: Option<PathBuf>,
     /// Where our own sockets go: `--socket-dir`, default the kubelet socket's directory.
@@ -175,7 +185,8 @@ impl Default for Settings {
             cdi_annotation_prefix: "cdi.k8s.io/".to_string(),
             container_driver_root: None,
             cdi_spec_dir: PathBuf::from(CDI_SPEC_DIR),
-            cdi_hook_path: PathBuf::from(CDI_HOOK_PATH),
+            cdi_hook_path: default_cdi_hook_path(),
+            cdi_disable_hooks: Vec::new(),
             kubelet_socket: Some(PathBuf::from(KUBELET_SOCKET)),
             socket_dir: PathBuf::from(DEVICE_PLUGIN_DIR),
             sharing: None,

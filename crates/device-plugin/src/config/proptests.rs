@@ -11,7 +11,7 @@ use super::tests::{FILE, env_of};
 use super::*;
 
 /// Names of every env var `resolve` reads.
-const ENV_NAMES: [&str; 23] = [
+const ENV_NAMES: [&str; 30] = [
     ENV_MIG_STRATEGY,
     ENV_FAIL_ON_INIT_ERROR,
     ENV_NVIDIA_DRIVER_ROOT,
@@ -35,6 +35,13 @@ const ENV_NAMES: [&str; 23] = [
     ENV_MOFED_ENABLED,
     ENV_IMEX_CHANNEL_IDS,
     ENV_DEVICE_DISCOVERY_STRATEGY,
+    ENV_IMEX_REQUIRED,
+    ENV_CDI_FEATURE_FLAGS,
+    ENV_CDI_DISABLE_HOOKS,
+    ENV_SHARED_DEVICES_ALLOCATION_POLICY,
+    ENV_NVIDIA_CDI_HOOK_PATH,
+    ENV_NVIDIA_CTK_PATH,
+    ENV_CDI_HOOK_PATH,
 ];
 
 /// YAML-ish text: the parser's interesting characters, key names and values it knows,

@@ -13,16 +13,20 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::args::{
-    ENV_CDI_ANNOTATION_PREFIX, ENV_CDI_HOOK_PATH, ENV_CDI_SPEC_DIR, ENV_CONFIG_FILE,
-    ENV_CONTAINER_DRIVER_ROOT, ENV_DEVICE_DISCOVERY_STRATEGY, ENV_DEVICE_ID_STRATEGY,
-    ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS, ENV_DRIVER_ROOT_CTR_PATH,
-    ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED, ENV_GDS_ENABLED,
-    ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY,
-    ENV_MOFED_ENABLED, ENV_MPS_ROOT, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
-    ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SOCKET_DIR,
+    ENV_CDI_ANNOTATION_PREFIX, ENV_CDI_DISABLE_HOOKS, ENV_CDI_FEATURE_FLAGS, ENV_CDI_HOOK_PATH,
+    ENV_CDI_SPEC_DIR, ENV_CONFIG_FILE, ENV_CONTAINER_DRIVER_ROOT, ENV_DEVICE_DISCOVERY_STRATEGY,
+    ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
+    ENV_DRIVER_ROOT_CTR_PATH, ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED,
+    ENV_GDS_ENABLED, ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_IMEX_REQUIRED, ENV_KUBELET_SOCKET,
+    ENV_METRICS_ADDR, ENV_MIG_STRATEGY, ENV_MOFED_ENABLED, ENV_MPS_ROOT, ENV_NVIDIA_CDI_HOOK_PATH,
+    ENV_NVIDIA_CTK_PATH, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
+    ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SHARED_DEVICES_ALLOCATION_POLICY,
+    ENV_SOCKET_DIR,
 };
+use nvshim::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION};
 use nvshim::k8s_config::{
-    FileSettings, FileSpot, K8sConfigError, load_file, parse_device_list_strategies,
+    DiscoveryStrategy, FileSettings, FileSpot, K8sConfigError, load_file,
+    parse_device_list_strategies,
 };
 
 use super::values::{dedup_strategies, parse_bool, parse_listen_addr};
@@ -62,7 +66,8 @@ pub(super) fn merge(
 ) -> Result<Settings, PluginConfigError> {
     let defaults = Settings::default();
     let env = Env(env);
-    reject_unsupported(&env)?;
+    reject_unsupported(args, &env)?;
+    let cdi_disable_hooks = cdi_disable_hooks(args, &env)?;
 
     let mig_strategy: Option<MigStrategy> = env.parsed(ENV_MIG_STRATEGY)?;
     let fail_on_init_error = env.bool(ENV_FAIL_ON_INIT_ERROR)?;
@@ -124,11 +129,26 @@ pub(super) fn merge(
     let cdi_spec_dir = non_empty_path(args.cdi_spec_dir.clone())
         .or_else(|| env.path(ENV_CDI_SPEC_DIR))
         .unwrap_or(defaults.cdi_spec_dir);
-    let cdi_hook_path = non_empty_path(args.cdi_hook_path.clone())
-        .or_else(|| env.path(ENV_CDI_HOOK_PATH))
-        .unwrap_or(defaults.cdi_hook_path);
+    let (origin, cdi_hook_path) = non_empty_path(args.cdi_hook_path.clone())
+        .map(|path| ("--nvidia-cdi-hook-path", path))
+        .or_else(|| {
+            [
+                ENV_NVIDIA_CDI_HOOK_PATH,
+                ENV_NVIDIA_CTK_PATH,
+                ENV_CDI_HOOK_PATH,
+            ]
+            .into_iter()
+            .find_map(|name| env.path(name).map(|path| (name, path)))
+        })
+        .or_else(|| {
+            file.cdi_hook_path
+                .clone()
+                .map(|path| ("flags.plugin.nvidiaCTKPath", path))
+        })
+        .unwrap_or(("the default", defaults.cdi_hook_path));
     if !cdi_hook_path.is_absolute() {
         return Err(PluginConfigError::RelativeHookPath {
+            origin,
             path: cdi_hook_path,
         });
     }
@@ -170,6 +190,7 @@ pub(super) fn merge(
         container_driver_root,
         cdi_spec_dir,
         cdi_hook_path,
+        cdi_disable_hooks,
         kubelet_socket,
         socket_dir,
         sharing: file.sharing.clone(),
@@ -285,40 +306,144 @@ fn xid(item: &str, keywords: &'static str) -> Result<u64, PluginConfigError> {
     })
 }
 
-/// NVIDIA's switches for features nvshim does not implement: off (or unset) is fine,
-/// on is an error rather than a silently ignored request.
-fn reject_unsupported(env: &Env<'_>) -> Result<(), PluginConfigError> {
-    for (name, feature) in [
-        (ENV_GDRCOPY_ENABLED, "GPUDirect RDMA copy (gdrcopy)"),
-        (ENV_GDS_ENABLED, "GPUDirect Storage (GDS)"),
-        (ENV_MOFED_ENABLED, "MOFED"),
+/// NVIDIA's switches for features nvshim does not implement yet: off (or unset) is
+/// fine, on is an error rather than a silently ignored request. A flag beats its env
+/// var, as for every setting, so `--gds-enabled=false` overrides `GDS_ENABLED=true`;
+/// the env var is still checked for a bad value. NVIDIA's plugin also fails at start,
+/// whatever `--fail-on-init-error` says, when its flags do not validate.
+fn reject_unsupported(args: &PluginArgs, env: &Env<'_>) -> Result<(), PluginConfigError> {
+    for (flag, name, given, feature) in [
+        (
+            "--gdrcopy-enabled",
+            ENV_GDRCOPY_ENABLED,
+            args.gdrcopy_enabled,
+            "GPUDirect RDMA copy (gdrcopy)",
+        ),
+        (
+            "--gds-enabled",
+            ENV_GDS_ENABLED,
+            args.gds_enabled,
+            "GPUDirect Storage (GDS)",
+        ),
+        (
+            "--mofed-enabled",
+            ENV_MOFED_ENABLED,
+            args.mofed_enabled,
+            "MOFED",
+        ),
     ] {
-        if env.bool(name)? == Some(true) {
-            return Err(PluginConfigError::UnsupportedEnv {
+        let from_env = env.bool(name)?;
+        let (origin, on, value) = match given {
+            Some(on) => (flag, on, on.to_string()),
+            None => (
                 name,
-                value: env.0(name).unwrap_or_default(),
+                from_env.unwrap_or(false),
+                env.0(name).unwrap_or_default(),
+            ),
+        };
+        if on {
+            return Err(PluginConfigError::Unsupported {
+                origin: origin.to_owned(),
+                value,
                 feature,
             });
         }
     }
-    if let Some(ids) = env.string(ENV_IMEX_CHANNEL_IDS)
-        && !ids.trim().is_empty()
-    {
-        return Err(PluginConfigError::UnsupportedEnv {
-            name: ENV_IMEX_CHANNEL_IDS,
-            value: ids,
-            feature: "IMEX channels",
+    // `--imex-required` only asks that the listed channels exist: with none (the only
+    // list nvshim takes) it has no effect, as in NVIDIA's plugin.
+    env.bool(ENV_IMEX_REQUIRED)?;
+    let env_ids = env.ints(ENV_IMEX_CHANNEL_IDS)?;
+    let (origin, ids) = match &args.imex_channel_ids {
+        Some(ids) => ("--imex-channel-ids", ids.clone()),
+        None => (ENV_IMEX_CHANNEL_IDS, env_ids.unwrap_or_default()),
+    };
+    if !ids.is_empty() {
+        let value = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        return Err(if ids == [0] {
+            PluginConfigError::Unsupported {
+                origin: origin.to_owned(),
+                value,
+                feature: "IMEX channels",
+            }
+        } else {
+            // NVIDIA's own rule: the list is [] or [0].
+            PluginConfigError::Invalid {
+                origin: origin.to_owned(),
+                value,
+                valid: "no channel, or 0",
+            }
         });
     }
-    if let Some(strategy) = env.string(ENV_DEVICE_DISCOVERY_STRATEGY)
-        && !matches!(strategy.as_str(), "auto" | "nvml")
-    {
-        return Err(
-            PluginConfigError::from(K8sConfigError::DiscoveryStrategy { value: strategy })
-                .in_env(ENV_DEVICE_DISCOVERY_STRATEGY),
-        );
+    let env_flags = env.list(ENV_CDI_FEATURE_FLAGS);
+    let (origin, flags) = match &args.cdi_feature_flags {
+        Some(flags) => ("--cdi-feature-flags", flags.clone()),
+        None => (ENV_CDI_FEATURE_FLAGS, env_flags),
+    };
+    let flags: Vec<String> = flags.into_iter().filter(|f| !f.is_empty()).collect();
+    if !flags.is_empty() {
+        return Err(PluginConfigError::Unsupported {
+            origin: origin.to_owned(),
+            value: flags.join(","),
+            feature: "NVIDIA's CDI feature flags",
+        });
+    }
+    let env_strategy = env.string(ENV_DEVICE_DISCOVERY_STRATEGY);
+    let (origin, strategy) = match &args.device_discovery_strategy {
+        Some(strategy) => ("--device-discovery-strategy", Some(strategy.clone())),
+        None => (ENV_DEVICE_DISCOVERY_STRATEGY, env_strategy),
+    };
+    if let Some(strategy) = strategy {
+        strategy
+            .parse::<DiscoveryStrategy>()
+            .map_err(|e| PluginConfigError::from(e).in_env(origin))?;
+    }
+    let env_policy = env.string(ENV_SHARED_DEVICES_ALLOCATION_POLICY);
+    let (origin, policy) = match &args.shared_devices_allocation_policy {
+        Some(policy) => ("--shared-devices-allocation-policy", Some(policy.clone())),
+        None => (ENV_SHARED_DEVICES_ALLOCATION_POLICY, env_policy),
+    };
+    match policy.as_deref() {
+        None | Some("distributed") => {}
+        Some("packed") => {
+            return Err(PluginConfigError::Unsupported {
+                origin: origin.to_owned(),
+                value: "packed".to_owned(),
+                feature: "the packed allocation policy",
+            });
+        }
+        Some(other) => {
+            return Err(PluginConfigError::Invalid {
+                origin: origin.to_owned(),
+                value: other.to_owned(),
+                valid: "distributed, packed",
+            });
+        }
     }
     Ok(())
+}
+
+/// `--cdi-disable-hooks` / `CDI_DISABLE_HOOKS`: the hooks of NVIDIA's that nvshim's spec
+/// can leave out. Its one optional hook is `disable-device-node-modification`; `all`
+/// leaves that out too, and keeps `link-driver` (the driver's links and linker cache,
+/// NVIDIA's `create-symlinks` and `update-ldcache`), which containers cannot do
+/// without, as `nvshim cdi generate --disable-hook all` does.
+fn cdi_disable_hooks(args: &PluginArgs, env: &Env<'_>) -> Result<Vec<String>, PluginConfigError> {
+    let env_hooks = env.list(ENV_CDI_DISABLE_HOOKS);
+    let (origin, hooks) = match &args.cdi_disable_hooks {
+        Some(hooks) => ("--cdi-disable-hooks", hooks.clone()),
+        None => (ENV_CDI_DISABLE_HOOKS, env_hooks),
+    };
+    let hooks: Vec<String> = hooks.into_iter().filter(|h| !h.is_empty()).collect();
+    for hook in &hooks {
+        if hook != DISABLE_DEVICE_NODE_MODIFICATION && hook != ALL_HOOKS {
+            return Err(PluginConfigError::Unsupported {
+                origin: origin.to_owned(),
+                value: hook.clone(),
+                feature: "leaving out hooks other than disable-device-node-modification (or all)",
+            });
+        }
+    }
+    Ok(hooks)
 }
 
 /// Typed reads of env vars; each error names the variable.
@@ -337,6 +462,38 @@ impl Env<'_> {
         self.0(name)
             .map(|value| parse_bool(&value).map_err(|e| e.in_env(name)))
             .transpose()
+    }
+
+    /// A comma list, items trimmed; unset or empty is no item.
+    fn list(&self, name: &str) -> Vec<String> {
+        self.string(name)
+            .map(|value| {
+                value
+                    .split(',')
+                    .map(|item| item.trim().to_owned())
+                    .filter(|item| !item.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A comma list of integers (NVIDIA's `IntSlice`).
+    fn ints(&self, name: &'static str) -> Result<Option<Vec<i64>>, PluginConfigError> {
+        let items = self.list(name);
+        if items.is_empty() {
+            return Ok(None);
+        }
+        items
+            .into_iter()
+            .map(|item| {
+                item.parse().map_err(|_| PluginConfigError::Invalid {
+                    origin: name.to_owned(),
+                    value: item,
+                    valid: "comma-separated integers",
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     fn parsed<T>(&self, name: &'static str) -> Result<Option<T>, PluginConfigError>

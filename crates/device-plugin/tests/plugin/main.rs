@@ -9,6 +9,7 @@
 //! e2e           the binary as a process against the fake kubelet, and in containers
 //! abuse         requests no kubelet sends
 //! cdi           the CDI spec the cdi-* strategies write, and podman reading it
+//! flags         NVIDIA's flags against the binary: accepted, or refused by name
 //! foreign       gRPC clients we did not write (grpcio, grpc-go, raw HTTP/2)
 //! health        the XID event loop against the mock NVML
 //! http2         the :authority fix against h2's decoder
@@ -27,6 +28,7 @@ mod abuse;
 mod cdi;
 mod deployments;
 mod e2e;
+mod flags;
 mod foreign;
 mod fuzz_regressions;
 mod grpc;
