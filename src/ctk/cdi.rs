@@ -70,7 +70,8 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_MODE"
     )]
     pub mode: String,
-    /// The root where /dev is located; default: the driver root.
+    /// The root where /dev is located; default: the driver root (with neither flag,
+    /// the config's nvidia-container-cli.dev-root, else its root).
     #[arg(long, env = "NVIDIA_CTK_DEV_ROOT")]
     pub dev_root: Option<PathBuf>,
     /// How devices are named: index, uuid, type-index. Repeat or comma-separate for
@@ -375,7 +376,13 @@ impl GeneratePlan {
             .driver_root
             .clone()
             .unwrap_or_else(|| loaded.config.driver_root());
-        let dev = a.dev_root.clone().unwrap_or_else(|| driver.clone());
+        // NVIDIA's rule: the dev root defaults to the driver root; with neither flag,
+        // both come from the config (ours may set `dev-root` apart).
+        let dev = match (&a.dev_root, &a.driver_root) {
+            (Some(dev), _) => dev.clone(),
+            (None, Some(driver)) => driver.clone(),
+            (None, None) => loaded.config.dev_root(),
+        };
         let ctx = Context {
             roots: Roots {
                 driver,
