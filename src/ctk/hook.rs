@@ -260,3 +260,80 @@ fn open(state: &StateArgs) -> Result<crate::rootfs::Rootfs, StageError> {
     let state = stages::read_state(state.container_spec.as_deref())?;
     stages::open_rootfs(&state)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::ctk::{CdiHook, Ctk, CtkCommand};
+
+    fn hook(args: &[&str]) -> CdiHook {
+        CdiHook::try_parse_from(["nvidia-cdi-hook"].iter().chain(args)).unwrap()
+    }
+
+    #[test]
+    fn nvidias_flags_parse() {
+        let parsed = hook(&[
+            "update-ldcache",
+            "--folder",
+            "/usr/lib64",
+            "--folder=/usr/lib/x86_64-linux-gnu,/lib64",
+            "--ldconfig-path",
+            "/sbin/ldconfig.real",
+            "--container-spec",
+            "/run/state.json",
+        ]);
+        let Some(HookCommand::UpdateLdcache(a)) = parsed.hook.command else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(
+            a.folder,
+            ["/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/lib64"]
+        );
+        assert_eq!(
+            a.state.container_spec,
+            Some(PathBuf::from("/run/state.json"))
+        );
+        let parsed = hook(&["update-ldcache"]);
+        let Some(HookCommand::UpdateLdcache(a)) = parsed.hook.command else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(a.ldconfig_path, "/sbin/ldconfig");
+
+        let parsed = hook(&["chmod", "--mode", "755", "--path", "/dev/dri"]);
+        assert!(matches!(parsed.hook.command, Some(HookCommand::Chmod(_))));
+        let parsed = hook(&["enable-cuda-compat", "--host-driver-version=550.54.15"]);
+        let Some(HookCommand::EnableCudaCompat(a)) = parsed.hook.command else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(a.cuda_compat_container_root, "/usr/local/cuda/compat");
+        // `nvidia-ctk hook <name>` is the same command.
+        let ctk = Ctk::try_parse_from(["nvidia-ctk", "hook", "create-symlinks", "--link", "a::/b"])
+            .unwrap();
+        let CtkCommand::Hook(HookArgs {
+            command: Some(HookCommand::CreateSymlinks(a)),
+        }) = ctk.command
+        else {
+            panic!("{:?}", ctk.command);
+        };
+        assert_eq!(a.link, ["a::/b"]);
+    }
+
+    #[test]
+    fn unknown_or_missing_hooks_name_the_valid_ones() {
+        let global = hook(&[]).global;
+        for args in [&["bogus-hook", "--x"][..], &[]] {
+            let parsed = hook(args);
+            let err = run(&global, &parsed.hook).unwrap_err().to_string();
+            for name in NVIDIA_HOOKS {
+                assert!(err.contains(name), "{args:?}: {err}");
+            }
+            if !args.is_empty() {
+                assert!(err.contains("\"bogus-hook\""), "{err}");
+            }
+        }
+    }
+}
