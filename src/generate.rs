@@ -13,7 +13,8 @@
 //! A spec whose hook binary is NVIDIA's `nvidia-cdi-hook` (or `nvidia-ctk`), as
 //! `nvidia-ctk cdi generate` writes it, has NVIDIA's hooks instead, so tools that read
 //! specs see NVIDIA's form: `create-symlinks --link TARGET::LINK …`, `update-ldcache
-//! --folder DIR …` (the directories of the cache entries), then
+//! --folder DIR …` (the directories of the cache entries) with `enable-cuda-compat`
+//! between them, then
 //! `disable-device-node-modification` and `update-application-profile`
 //! ([`NvidiaHooks`] says which).
 //!
@@ -122,8 +123,7 @@ impl Default for Options {
 pub struct NvidiaHooks {
     pub create_symlinks: bool,
     pub update_ldcache: bool,
-    /// `enable-cuda-compat --host-driver-version=<driver>`: off unless enabled, since
-    /// our hook cannot put the compat libraries first yet (issue 21).
+    /// `enable-cuda-compat --host-driver-version=<driver>`, between the two above.
     pub cuda_compat: bool,
     pub application_profile: bool,
     /// `chmod --mode 755 --path /dev/dri` for devices with DRM nodes (off by default,
@@ -139,7 +139,7 @@ impl Default for NvidiaHooks {
         Self {
             create_symlinks: true,
             update_ldcache: true,
-            cuda_compat: false,
+            cuda_compat: true,
             application_profile: true,
             chmod: false,
             ldconfig_path: None,

@@ -149,7 +149,7 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS"
     )]
     pub disable_hook: Vec<String>,
-    /// A hook to add that is off by default (chmod, enable-cuda-compat); overrides
+    /// A hook to add that is off by default (chmod) or disabled; overrides
     /// --disable-hook.
     #[arg(
         long,

@@ -47,7 +47,8 @@ pub enum HookCommand {
     /// Set the mode of paths in the container.
     #[command(name = CHMOD)]
     Chmod(ChmodArgs),
-    /// Decide whether the image's CUDA forward-compat libraries should be used.
+    /// Put the image's CUDA forward-compat libraries first when they are newer than
+    /// the host driver (for update-ldcache, which runs after it).
     #[command(name = ENABLE_CUDA_COMPAT)]
     EnableCudaCompat(CudaCompatArgs),
     /// Cover the container's /proc/driver/nvidia/params with ModifyDeviceFiles: 0.
@@ -154,13 +155,6 @@ pub enum HookError {
          give the links with --link"
     )]
     Csv,
-    #[error(
-        "{ENABLE_CUDA_COMPAT}: the image's CUDA compat library {library} in {dir} is newer \
-         than the host driver and should be used, which this hook does not support yet \
-         (issue 21); remove the hook from the spec (nvidia-ctk cdi generate \
-         --disable-hook {ENABLE_CUDA_COMPAT}) or run the image on a newer driver"
-    )]
-    CompatNeeded { dir: String, library: String },
 }
 
 /// Runs the hook `args` names.
@@ -235,10 +229,11 @@ pub fn run(_global: &GlobalArgs, args: &HookArgs) -> Result<(), HookError> {
                     tracing::debug!("{ENABLE_CUDA_COMPAT}: {why}");
                     Ok(())
                 }
-                compat::Decision::UseCompat { dir, library } => Err(HookError::CompatNeeded {
-                    dir: dir.display().to_string(),
-                    library,
-                }),
+                compat::Decision::UseCompat { dir, library } => {
+                    compat::apply(&rootfs, &dir).map_err(stage_err)?;
+                    tracing::debug!(dir = %dir.display(), library, "{ENABLE_CUDA_COMPAT}: compat libraries first");
+                    Ok(())
+                }
             }
         }
         HookCommand::DisableDeviceNodeModification(a) => {

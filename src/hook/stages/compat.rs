@@ -6,10 +6,9 @@
 //! (`--cuda-compat-container-root`, default `/usr/local/cuda/compat`) must hold
 //! exactly one regular `libcuda.so.<X>.<Y>…` file, and its major version must be
 //! greater than the host driver's. When the rule says no, the hook is done. When it
-//! says yes, NVIDIA's hook adds the directory to the container's `ld.so.conf.d` for
-//! its `ldconfig` run; ours writes the cache without `ldconfig`, and putting the
-//! compat libraries first is not built yet (issue 21), so the hook fails with that
-//! message rather than start the container on the wrong `libcuda`.
+//! says yes, the directory goes into `/etc/ld.so.conf.d/00-compat-nvshim.conf`, as
+//! NVIDIA's hook records it (`00-compat-*.conf`), and `update-ldcache`, which runs
+//! after it, puts the compat libraries into the cache ahead of the driver's.
 
 use std::path::{Path, PathBuf};
 
@@ -95,6 +94,17 @@ pub fn decide(
         dir: dir_path,
         library: library.clone(),
     })
+}
+
+/// The file this hook writes in the container.
+pub const CONF: &str = "/etc/ld.so.conf.d/00-compat-nvshim.conf";
+
+/// Records `dir` for `update-ldcache` (replacing what an earlier start wrote).
+pub fn apply(rootfs: &Rootfs, dir: &Path) -> Result<(), StageError> {
+    let mut text = dir.to_string_lossy().into_owned();
+    text.push('\n');
+    rootfs.replace(Path::new(CONF), text.as_bytes(), 0o644)?;
+    Ok(())
 }
 
 fn major(version: &str) -> Option<u32> {

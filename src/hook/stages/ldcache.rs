@@ -55,42 +55,25 @@ pub fn parse_folders(values: &[String]) -> Result<Vec<PathBuf>, StageError> {
     Ok(folders)
 }
 
-/// Updates the cache of `rootfs` with the libraries in `folders`.
+/// Updates the cache of `rootfs` with the libraries in `folders`. The directories
+/// that `ld.so.conf.d/00-compat-*.conf` files name (what `enable-cuda-compat` writes)
+/// are scanned too, and their libraries win over the folders' for the same soname,
+/// as with NVIDIA's `ldconfig` run (`00-compat` sorts first).
 pub fn run(rootfs: &Rootfs, folders: &[PathBuf]) -> Result<Updated, StageError> {
     let mut links = Vec::new();
-    let mut entries = Vec::new();
-    for folder in folders {
-        let Some(dir) = open_dir(rootfs, folder)? else {
-            tracing::debug!(folder = %folder.display(), "not in the container, skipped");
-            continue;
-        };
-        // (soname, flags) → the file name with the highest version.
-        let mut best: BTreeMap<(String, i32), String> = BTreeMap::new();
-        let (libs, present) = libraries(rootfs, folder, dir)?;
-        for (name, lib) in libs {
-            let Some(flags) = lib.cache_flags() else {
-                tracing::debug!(file = %folder.join(&name).display(), "not a library for this architecture");
-                continue;
-            };
-            let soname = lib.soname.unwrap_or_else(|| name.clone());
-            let slot = best.entry((soname, flags)).or_insert_with(|| name.clone());
-            if version_cmp(&name, slot) == Ordering::Greater {
-                *slot = name;
-            }
-        }
-        for ((soname, flags), file) in best {
-            let link = folder.join(&soname);
-            if soname != file && !present.contains(&soname) {
-                links.push((link.clone(), file));
-            }
-            entries.push(Entry {
-                key: soname,
-                value: link.to_string_lossy().into_owned(),
-                flags,
-                hwcap: 0,
-            });
-        }
+    let mut entries: Vec<Entry> = Vec::new();
+    for dir in compat_dirs(rootfs)? {
+        scan(rootfs, &dir, &mut links, &mut entries)?;
     }
+    let compat: Vec<(String, i32)> = entries.iter().map(|e| (e.key.clone(), e.flags)).collect();
+    let mut own = Vec::new();
+    for folder in folders {
+        scan(rootfs, folder, &mut links, &mut own)?;
+    }
+    entries.extend(
+        own.into_iter()
+            .filter(|e| !compat.contains(&(e.key.clone(), e.flags))),
+    );
     links.sort();
     links.dedup_by(|a, b| a.0 == b.0);
     let made = rootfs.symlinks(links.iter().map(|(p, t)| (p.as_path(), t.as_str())))?;
@@ -100,6 +83,83 @@ pub fn run(rootfs: &Rootfs, folders: &[PathBuf]) -> Result<Updated, StageError> 
         entries,
         refresh,
     })
+}
+
+/// The soname links `folder` lacks and its cache entries, added to `links` and
+/// `entries`.
+fn scan(
+    rootfs: &Rootfs,
+    folder: &Path,
+    links: &mut Vec<(PathBuf, String)>,
+    entries: &mut Vec<Entry>,
+) -> Result<(), StageError> {
+    let Some(dir) = open_dir(rootfs, folder)? else {
+        tracing::debug!(folder = %folder.display(), "not in the container, skipped");
+        return Ok(());
+    };
+    // (soname, flags) → the file name with the highest version.
+    let mut best: BTreeMap<(String, i32), String> = BTreeMap::new();
+    let (libs, present) = libraries(rootfs, folder, dir)?;
+    for (name, lib) in libs {
+        let Some(flags) = lib.cache_flags() else {
+            tracing::debug!(file = %folder.join(&name).display(), "not a library for this architecture");
+            continue;
+        };
+        let soname = lib.soname.unwrap_or_else(|| name.clone());
+        let slot = best.entry((soname, flags)).or_insert_with(|| name.clone());
+        if version_cmp(&name, slot) == Ordering::Greater {
+            *slot = name;
+        }
+    }
+    for ((soname, flags), file) in best {
+        let link = folder.join(&soname);
+        if soname != file && !present.contains(&soname) {
+            links.push((link.clone(), file));
+        }
+        entries.push(Entry {
+            key: soname,
+            value: link.to_string_lossy().into_owned(),
+            flags,
+            hwcap: 0,
+        });
+    }
+    Ok(())
+}
+
+/// Where `enable-cuda-compat` (ours or NVIDIA's) records the compat directory.
+pub const CONF_DIR: &str = "/etc/ld.so.conf.d";
+/// The prefix and suffix of those files' names.
+pub const COMPAT_CONF: (&str, &str) = ("00-compat-", ".conf");
+
+/// The directories the rootfs's `00-compat-*.conf` files name, in file name order.
+fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
+    let conf = Path::new(CONF_DIR);
+    let Some(mut dir) = open_dir(rootfs, conf)? else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = dir
+        .iter()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
+        .filter(|n| n.starts_with(COMPAT_CONF.0) && n.ends_with(COMPAT_CONF.1))
+        .collect();
+    names.sort();
+    let mut dirs = Vec::new();
+    for name in names {
+        // Small text files; anything that is not one is skipped.
+        let Ok(Some(text)) = rootfs.read(&conf.join(&name), 64 * 1024) else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&text).lines() {
+            let line = line.trim();
+            if let Some(path) = container_path(line)
+                && !dirs.contains(&path)
+            {
+                dirs.push(path);
+            }
+        }
+    }
+    Ok(dirs)
 }
 
 /// `folder` in the rootfs, opened for listing; `None` when it does not exist.

@@ -305,3 +305,60 @@ fn cuda_compat_follows_nvidias_major_version_rule() {
     fs::write(dir.join("libcuda.so.565.1.1"), b"").unwrap();
     assert!(matches!(decide(Some("550.54.15")), Decision::Skip(_)));
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cuda_compat_libraries_go_first_in_the_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let lib = in_root(&root, LIB);
+    let compat_dir = in_root(&root, compat::DEFAULT_COMPAT_ROOT);
+    fs::create_dir_all(&lib).unwrap();
+    fs::create_dir_all(&compat_dir).unwrap();
+    fs::write(
+        lib.join("libcuda.so.550.54.15"),
+        elf::tiny_so("libcuda.so.1", 62),
+    )
+    .unwrap();
+    fs::write(
+        lib.join("libnvidia-ml.so.550.54.15"),
+        elf::tiny_so("libnvidia-ml.so.1", 62),
+    )
+    .unwrap();
+    fs::write(
+        compat_dir.join("libcuda.so.560.28.03"),
+        elf::tiny_so("libcuda.so.1", 62),
+    )
+    .unwrap();
+    fs::create_dir_all(in_root(&root, "/etc")).unwrap();
+    fs::write(in_root(&root, "/etc/ld.so.cache"), cache::write_new(&[])).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+
+    let compat::Decision::UseCompat { dir, .. } =
+        compat::decide(&rootfs, Some("550.54.15"), None).unwrap()
+    else {
+        panic!("the 560 compat library is newer than driver 550");
+    };
+    compat::apply(&rootfs, &dir).unwrap();
+    assert_eq!(
+        fs::read_to_string(in_root(&root, compat::CONF)).unwrap(),
+        "/usr/local/cuda/compat\n"
+    );
+    ldcache::run(&rootfs, &[PathBuf::from(LIB)]).unwrap();
+    let cache = cache::load(&in_root(&root, "/etc/ld.so.cache")).unwrap();
+    let find =
+        |key: &'static str| -> Vec<String> { cache.lookup(key).map(|e| e.value.clone()).collect() };
+    assert_eq!(
+        find("libcuda.so.1"),
+        ["/usr/local/cuda/compat/libcuda.so.1"]
+    );
+    assert_eq!(
+        find("libnvidia-ml.so.1"),
+        [format!("{LIB}/libnvidia-ml.so.1")]
+    );
+    assert_eq!(
+        fs::read_link(compat_dir.join("libcuda.so.1")).unwrap(),
+        Path::new("libcuda.so.560.28.03")
+    );
+}
