@@ -289,6 +289,7 @@ fn podman_runs_the_devices_of_our_cdi_spec() {
     let text = nvidia_ctk_spec(&node, &ctk, &hook, names.path());
     for stage in [
         "create-symlinks",
+        "enable-cuda-compat",
         "update-ldcache",
         "update-application-profile",
     ] {
