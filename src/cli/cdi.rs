@@ -153,8 +153,8 @@ pub fn emit(
         _ => Format::Yaml,
     });
     let bytes = match format {
-        Format::Json => spec::to_json(&spec),
-        Format::Yaml => spec::to_yaml(&spec)
+        Format::Json => spec::to_json(spec),
+        Format::Yaml => spec::to_yaml(spec)
             .map_err(generate::GenerateError::from)?
             .into_bytes(),
     };

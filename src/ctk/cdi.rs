@@ -32,7 +32,7 @@ pub struct CdiArgs {
 #[derive(Debug, Subcommand)]
 pub enum CdiCommand {
     /// Generate CDI specifications for use with CDI-enabled runtimes.
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// List the available CDI devices.
     List(ListArgs),
     /// Apply a transform to a CDI specification.
@@ -231,7 +231,7 @@ pub enum CdiError {
     UnsupportedMode(String),
     #[error("{0}")]
     Unsupported(String),
-    #[error("unknown hook {name:?} for --{flag} (valid: {})", valid_hooks(*flag))]
+    #[error("unknown hook {name:?} for --{flag} (valid: {})", valid_hooks(flag))]
     Hook { flag: &'static str, name: String },
     #[error(transparent)]
     Config(#[from] config::ConfigError),

@@ -11,7 +11,7 @@ fn generate_args(args: &[&str]) -> (GlobalArgs, GenerateArgs) {
     match ctk.command {
         CtkCommand::Cdi(CdiArgs {
             command: CdiCommand::Generate(g),
-        }) => (ctk.global, g),
+        }) => (ctk.global, *g),
         other => panic!("{other:?}"),
     }
 }
