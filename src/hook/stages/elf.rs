@@ -94,7 +94,8 @@ pub fn read(file: &File) -> Option<Library> {
     let phentsize = usize::from(phentsize);
     let phnum = usize::from(phnum);
     let min_ph = if class64 { 56 } else { 32 };
-    if phentsize < min_ph || phnum == 0 || phnum > MAX_PHNUM {
+    // Real entries are exactly 56 or 32 bytes; a little slack, never a large read.
+    if !(min_ph..=2 * min_ph).contains(&phentsize) || phnum == 0 || phnum > MAX_PHNUM {
         return None;
     }
     let mut table = vec![0u8; phentsize * phnum];
