@@ -107,8 +107,8 @@ pub struct CudaCompatArgs {
     /// The host driver's version; without it the hook does nothing.
     #[arg(long)]
     pub host_driver_version: Option<String>,
-    /// The host's CUDA version (NVIDIA compares it with the compat library's ELF
-    /// note; accepted, not read yet).
+    /// The host's CUDA version, compared with the compat library's ELF note when the
+    /// note lists no driver branches.
     #[arg(long)]
     pub host_cuda_version: Option<String>,
     /// Where the image keeps its compat libraries.
@@ -221,6 +221,7 @@ pub fn run(_global: &GlobalArgs, args: &HookArgs) -> Result<(), HookError> {
             let decision = compat::decide(
                 &rootfs,
                 a.host_driver_version.as_deref(),
+                a.host_cuda_version.as_deref(),
                 Some(&a.cuda_compat_container_root),
             )
             .map_err(stage_err)?;

@@ -172,6 +172,133 @@ fn soname(
     plain.then(|| text.to_owned())
 }
 
+/// Most section headers read.
+const MAX_SHNUM: usize = 4096;
+/// Largest section-name table and section read.
+const MAX_SECTION: u64 = 1 << 20;
+
+/// A section's bytes, as [`section`] found them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub data: Vec<u8>,
+    /// `sh_addralign`.
+    pub align: u64,
+    /// Big-endian file.
+    pub big: bool,
+}
+
+/// The section named `wanted` of an ELF file (any type), if there is one and it is at
+/// most 1 MiB.
+pub fn section(file: &File, wanted: &str) -> Option<Section> {
+    let mut ident = [0u8; 64];
+    let n = read_at(file, &mut ident, 0)?;
+    if n < 52 || ident[..4] != *b"\x7fELF" {
+        return None;
+    }
+    let class64 = match ident[4] {
+        1 => false,
+        2 if n == 64 => true,
+        _ => return None,
+    };
+    let big = ident[5] == 2;
+    let e = Endian { big };
+    let (shoff, shentsize, shnum, shstrndx) = if class64 {
+        (
+            e.u64(&ident, 40)?,
+            e.u16(&ident, 58)?,
+            e.u16(&ident, 60)?,
+            e.u16(&ident, 62)?,
+        )
+    } else {
+        (
+            u64::from(e.u32(&ident, 32)?),
+            e.u16(&ident, 46)?,
+            e.u16(&ident, 48)?,
+            e.u16(&ident, 50)?,
+        )
+    };
+    let (entsize, shnum, shstrndx) = (
+        usize::from(shentsize),
+        usize::from(shnum),
+        usize::from(shstrndx),
+    );
+    let min = if class64 { 64 } else { 40 };
+    if !(min..=2 * min).contains(&entsize) || shnum == 0 || shnum > MAX_SHNUM || shstrndx >= shnum {
+        return None;
+    }
+    let mut table = vec![0u8; entsize * shnum];
+    if read_at(file, &mut table, shoff)? != table.len() {
+        return None;
+    }
+    // (name offset, offset, size, align)
+    let header = |i: usize| -> Option<(u32, u64, u64, u64)> {
+        let sh = table.get(i * entsize..(i + 1) * entsize)?;
+        Some(if class64 {
+            (
+                e.u32(sh, 0)?,
+                e.u64(sh, 24)?,
+                e.u64(sh, 32)?,
+                e.u64(sh, 48)?,
+            )
+        } else {
+            (
+                e.u32(sh, 0)?,
+                u64::from(e.u32(sh, 16)?),
+                u64::from(e.u32(sh, 20)?),
+                u64::from(e.u32(sh, 32)?),
+            )
+        })
+    };
+    let read_section = |offset: u64, size: u64| -> Option<Vec<u8>> {
+        if size > MAX_SECTION {
+            return None;
+        }
+        let mut data = vec![0u8; usize::try_from(size).ok()?];
+        (read_at(file, &mut data, offset)? == data.len()).then_some(data)
+    };
+    let (_, names_off, names_size, _) = header(shstrndx)?;
+    let names = read_section(names_off, names_size)?;
+    for i in 0..shnum {
+        let (name, offset, size, align) = header(i)?;
+        let start = usize::try_from(name).ok()?;
+        let Some(rest) = names.get(start..) else {
+            continue;
+        };
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        if &rest[..end] == wanted.as_bytes() {
+            return Some(Section {
+                data: read_section(offset, size)?,
+                align,
+                big,
+            });
+        }
+    }
+    None
+}
+
+/// An ELF note in `section` (the first one): its name and descriptor, each without
+/// trailing NULs. Names and descriptors are padded to the section's alignment.
+pub fn note(section: &Section) -> Option<(String, Vec<u8>)> {
+    let e = Endian { big: section.big };
+    let data = &section.data;
+    let namesz = usize::try_from(e.u32(data, 0)?).ok()?;
+    let descsz = usize::try_from(e.u32(data, 4)?).ok()?;
+    if namesz == 0 || descsz == 0 {
+        return None;
+    }
+    let align = usize::try_from(section.align.max(1)).ok()?;
+    let padded = namesz.checked_next_multiple_of(align)?;
+    let name = data.get(12..12usize.checked_add(namesz)?)?;
+    let desc_start = 12usize.checked_add(padded)?;
+    let desc = data.get(desc_start..desc_start.checked_add(descsz)?)?;
+    let trim = |b: &[u8]| -> Vec<u8> {
+        let end = b.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
+        let start = b[..end].iter().position(|&c| c != 0).unwrap_or(end);
+        b[start..end].to_vec()
+    };
+    Some((String::from_utf8(trim(name)).ok()?, trim(desc)))
+}
+
 /// Reads as much of `buf` as the file has at `offset`.
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
     let mut done = 0;
@@ -266,6 +393,57 @@ pub(crate) fn tiny_so(soname: &str, machine: u16) -> Vec<u8> {
     f
 }
 
+/// For tests: a 64-bit little-endian file with one note section `name` holding an
+/// ELF note `owner` / `desc` (4-byte aligned), plus its section-name table.
+#[cfg(test)]
+pub(crate) fn tiny_with_note(name: &str, owner: &str, desc: &[u8]) -> Vec<u8> {
+    let pad = |v: &mut Vec<u8>| {
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+    };
+    let mut note = Vec::new();
+    note.extend_from_slice(&(owner.len() as u32 + 1).to_le_bytes());
+    note.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+    note.extend_from_slice(&1u32.to_le_bytes());
+    note.extend_from_slice(owner.as_bytes());
+    note.push(0);
+    pad(&mut note);
+    note.extend_from_slice(desc);
+    pad(&mut note);
+    let names = format!("\0{name}\0.shstrtab\0").into_bytes();
+    let mut f = vec![0u8; 64];
+    f[..4].copy_from_slice(b"\x7fELF");
+    f[4] = 2;
+    f[5] = 1;
+    f[6] = 1;
+    f[16..18].copy_from_slice(&ET_DYN.to_le_bytes());
+    let note_off = f.len() as u64;
+    f.extend_from_slice(&note);
+    let names_off = f.len() as u64;
+    f.extend_from_slice(&names);
+    pad(&mut f);
+    let shoff = f.len() as u64;
+    let sh = |name: u32, kind: u32, off: u64, size: u64, align: u64| {
+        let mut h = vec![0u8; 64];
+        h[0..4].copy_from_slice(&name.to_le_bytes());
+        h[4..8].copy_from_slice(&kind.to_le_bytes());
+        h[24..32].copy_from_slice(&off.to_le_bytes());
+        h[32..40].copy_from_slice(&size.to_le_bytes());
+        h[48..56].copy_from_slice(&align.to_le_bytes());
+        h
+    };
+    f.extend_from_slice(&sh(0, 0, 0, 0, 0));
+    f.extend_from_slice(&sh(1, 7, note_off, note.len() as u64, 4));
+    let shstr_name = 1 + name.len() as u32 + 1;
+    f.extend_from_slice(&sh(shstr_name, 3, names_off, names.len() as u64, 1));
+    f[40..48].copy_from_slice(&shoff.to_le_bytes());
+    f[58..60].copy_from_slice(&64u16.to_le_bytes());
+    f[60..62].copy_from_slice(&3u16.to_le_bytes());
+    f[62..64].copy_from_slice(&2u16.to_le_bytes());
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +465,30 @@ mod tests {
         }
         let arm = read(&file_with(&tiny_so("libx.so.1", 40))).unwrap();
         assert_eq!(arm.cache_flags(), None);
+    }
+
+    #[test]
+    fn reads_a_note_section() {
+        let bytes = tiny_with_note(".note.x", "Owner", br#"{"k":1}"#);
+        let sec = section(&file_with(&bytes), ".note.x").unwrap();
+        assert_eq!(sec.align, 4);
+        let (owner, desc) = note(&sec).unwrap();
+        assert_eq!(
+            (owner.as_str(), desc.as_slice()),
+            ("Owner", &br#"{"k":1}"#[..])
+        );
+        assert_eq!(section(&file_with(&bytes), ".note.y"), None);
+        for cut in [10, 70, bytes.len() - 1] {
+            assert_eq!(
+                section(&file_with(&bytes[..cut]), ".note.x"),
+                None,
+                "cut at {cut}"
+            );
+        }
+        // A note whose sizes run past the section.
+        let mut bad = sec.clone();
+        bad.data[4] = 0xff;
+        assert_eq!(note(&bad), None);
     }
 
     #[test]

@@ -284,7 +284,7 @@ fn cuda_compat_follows_nvidias_major_version_rule() {
     let state = bundle(tmp.path());
     let root = tmp.path().join("rootfs");
     let rootfs = open_rootfs(&state).unwrap();
-    let decide = |host: Option<&str>| compat::decide(&rootfs, host, None).unwrap();
+    let decide = |host: Option<&str>| compat::decide(&rootfs, host, None, None).unwrap();
     assert!(matches!(decide(None), Decision::Skip(_)));
     assert!(matches!(decide(Some("550.54.15")), Decision::Skip(_)));
     let dir = in_root(&root, compat::DEFAULT_COMPAT_ROOT);
@@ -301,7 +301,7 @@ fn cuda_compat_follows_nvidias_major_version_rule() {
     );
     assert!(matches!(decide(Some("560.35.03")), Decision::Skip(_)));
     assert!(matches!(decide(Some("570.1")), Decision::Skip(_)));
-    assert!(compat::decide(&rootfs, Some("x.y"), None).is_err());
+    assert!(compat::decide(&rootfs, Some("x.y"), None, None).is_err());
     fs::write(dir.join("libcuda.so.565.1.1"), b"").unwrap();
     assert!(matches!(decide(Some("550.54.15")), Decision::Skip(_)));
 }
@@ -336,7 +336,7 @@ fn cuda_compat_libraries_go_first_in_the_cache() {
     let rootfs = open_rootfs(&state).unwrap();
 
     let compat::Decision::UseCompat { dir, .. } =
-        compat::decide(&rootfs, Some("550.54.15"), None).unwrap()
+        compat::decide(&rootfs, Some("550.54.15"), None, None).unwrap()
     else {
         panic!("the 560 compat library is newer than driver 550");
     };
@@ -361,4 +361,32 @@ fn cuda_compat_libraries_go_first_in_the_cache() {
         fs::read_link(compat_dir.join("libcuda.so.1")).unwrap(),
         Path::new("libcuda.so.560.28.03")
     );
+}
+
+#[test]
+fn the_compat_librarys_elf_note_decides_when_it_has_one() {
+    use compat::{CompatNote, Decision};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let dir = in_root(&root, compat::DEFAULT_COMPAT_ROOT);
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(in_root(&root, "/etc")).unwrap();
+    fs::write(in_root(&root, "/etc/ld.so.cache"), b"").unwrap();
+    let desc = br#"{"Format":1,"CUDA Version":"12.9","Driver":[535,550,570,575],"Device":[1,2]}"#;
+    let lib = elf::tiny_with_note(compat::NOTE_SECTION, "NVIDIA Corporation", desc);
+    fs::write(dir.join("libcuda.so.575.57.08"), lib).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+    let decide = |host| compat::decide(&rootfs, Some(host), None, None).unwrap();
+    // Listed branches only: 560 is older than 575 but not supported by these libraries.
+    assert!(matches!(decide("550.54.15"), Decision::UseCompat { .. }));
+    assert!(matches!(decide("560.35.03"), Decision::Skip(_)));
+    assert!(matches!(decide("580.1"), Decision::Skip(_)));
+
+    let note = CompatNote::parse(br#"{"CUDA Version":"12.9"}"#).unwrap();
+    assert!(note.use_compat(550, "12.8"));
+    assert!(!note.use_compat(550, "12.9"));
+    assert!(!note.use_compat(550, "13.0"));
+    assert!(!note.use_compat(550, ""));
+    assert!(note.use_compat(550, "garbage"));
 }
