@@ -398,7 +398,7 @@ pub(crate) fn tiny_so(soname: &str, machine: u16) -> Vec<u8> {
 #[cfg(test)]
 pub(crate) fn tiny_with_note(name: &str, owner: &str, desc: &[u8]) -> Vec<u8> {
     let pad = |v: &mut Vec<u8>| {
-        while v.len() % 4 != 0 {
+        while !v.len().is_multiple_of(4) {
             v.push(0);
         }
     };
