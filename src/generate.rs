@@ -10,6 +10,14 @@
 //! and arguments are `hook_contract`'s), since CDI consumers only apply nodes, mounts,
 //! env and hooks.
 //!
+//! A spec whose hook binary is NVIDIA's `nvidia-cdi-hook` (or `nvidia-ctk`), as
+//! `nvidia-ctk cdi generate` writes it, has NVIDIA's hooks instead, so tools that read
+//! specs see NVIDIA's form: `create-symlinks --link TARGET::LINK …`, `update-ldcache
+//! --folder DIR …` (the directories of the cache entries) with `enable-cuda-compat`
+//! between them, then
+//! `disable-device-node-modification` and `update-application-profile`
+//! ([`NvidiaHooks`] says which).
+//!
 //! Every device also sets `NVIDIA_VISIBLE_DEVICES=void`, as NVIDIA's specs do: a
 //! container given GPUs by CDI must not be injected a second time by a runtime or
 //! hook that reads the variable.
@@ -23,7 +31,9 @@ use std::str::FromStr;
 use crate::cdi::{self, ContainerEdits, Device, Hook, NVIDIA_GPU_KIND, Spec};
 use crate::discover::SymlinkEdit;
 use crate::hook_contract::{
-    self, ArgError, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER,
+    self, ArgError, CDI_HOOK_BINARY, CHMOD, CREATE_SYMLINKS, CTK_BINARY,
+    DISABLE_DEVICE_NODE_MODIFICATION, ENABLE_CUDA_COMPAT, HOOK_BINARY, LINK_DRIVER,
+    UPDATE_APPLICATION_PROFILE, UPDATE_LDCACHE,
 };
 use crate::inventory::{Backend, Inventory};
 use crate::ldcache::Entry;
@@ -106,6 +116,74 @@ impl Default for Options {
     }
 }
 
+/// Which of NVIDIA's hooks a spec in NVIDIA's shape carries, beyond
+/// `disable-device-node-modification` ([`Options::cover_params`]): `nvidia-ctk cdi
+/// generate`'s `--disable-hook` and `--enable-hook`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaHooks {
+    pub create_symlinks: bool,
+    pub update_ldcache: bool,
+    /// `enable-cuda-compat --host-driver-version=<driver>`, between the two above.
+    pub cuda_compat: bool,
+    pub application_profile: bool,
+    /// `chmod --mode 755 --path /dev/dri` for devices with DRM nodes (off by default,
+    /// as in NVIDIA's).
+    pub chmod: bool,
+    /// `update-ldcache --ldconfig-path P`, as NVIDIA writes it when given (our hook
+    /// runs no ldconfig).
+    pub ldconfig_path: Option<String>,
+}
+
+impl Default for NvidiaHooks {
+    fn default() -> Self {
+        Self {
+            create_symlinks: true,
+            update_ldcache: true,
+            cuda_compat: true,
+            application_profile: true,
+            chmod: false,
+            ldconfig_path: None,
+        }
+    }
+}
+
+impl NvidiaHooks {
+    /// The names `--disable-hook`/`--enable-hook` take (besides `all` for disabling).
+    pub const NAMES: [&'static str; 6] = [
+        CREATE_SYMLINKS,
+        UPDATE_LDCACHE,
+        ENABLE_CUDA_COMPAT,
+        DISABLE_DEVICE_NODE_MODIFICATION,
+        UPDATE_APPLICATION_PROFILE,
+        CHMOD,
+    ];
+
+    /// Turns `name` on or off; `false` for a name that is not one of [`Self::NAMES`]
+    /// (`disable-device-node-modification` is the caller's, in [`Options`]).
+    pub fn set(&mut self, name: &str, on: bool) -> bool {
+        let slot = match name {
+            CREATE_SYMLINKS => &mut self.create_symlinks,
+            UPDATE_LDCACHE => &mut self.update_ldcache,
+            ENABLE_CUDA_COMPAT => &mut self.cuda_compat,
+            UPDATE_APPLICATION_PROFILE => &mut self.application_profile,
+            CHMOD => &mut self.chmod,
+            _ => return false,
+        };
+        *slot = on;
+        true
+    }
+}
+
+/// Whether specs for the hook binary at `path` get NVIDIA's hooks: `nvidia-cdi-hook`
+/// and `nvidia-ctk` run those, not `link-driver`.
+pub fn nvidia_shape(path: &str) -> bool {
+    let name = std::path::Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    name == CDI_HOOK_BINARY || name == CTK_BINARY
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
     #[error(
@@ -135,10 +213,20 @@ pub enum GenerateError {
 
 /// Generates the spec for the host `ctx` describes.
 pub fn generate(ctx: &Context, options: &Options) -> Result<Spec, GenerateError> {
+    generate_with(ctx, options, &NvidiaHooks::default())
+}
+
+/// [`generate`] with `nvidia` saying which of NVIDIA's hooks a spec in NVIDIA's shape
+/// carries.
+pub fn generate_with(
+    ctx: &Context,
+    options: &Options,
+    nvidia: &NvidiaHooks,
+) -> Result<Spec, GenerateError> {
     check(options)?;
     let request = Request::new(DeviceList::All, options.capabilities);
     let (backend, inventory) = pipeline::load_inventory(ctx, &request)?;
-    generate_on(ctx, options, backend, &inventory)
+    generate_on_with(ctx, options, nvidia, backend, &inventory)
 }
 
 /// [`generate`] for an inventory the caller already holds (the device plugin's, from
@@ -149,7 +237,22 @@ pub fn generate_on(
     backend: Backend,
     inventory: &Inventory,
 ) -> Result<Spec, GenerateError> {
+    generate_on_with(ctx, options, &NvidiaHooks::default(), backend, inventory)
+}
+
+fn generate_on_with(
+    ctx: &Context,
+    options: &Options,
+    nvidia: &NvidiaHooks,
+    backend: Backend,
+    inventory: &Inventory,
+) -> Result<Spec, GenerateError> {
     check(options)?;
+    let shape = Shape {
+        options,
+        nvidia: nvidia_shape(&options.hook_path).then_some(nvidia),
+        driver_version: &inventory.driver.version,
+    };
     if inventory.gpus.is_empty() {
         return Err(GenerateError::NoGpu);
     }
@@ -168,13 +271,18 @@ pub fn generate_on(
         .push(format!("{}=void", crate::request::ENV_VISIBLE_DEVICES));
     shared
         .hooks
-        .extend(hook(options, &common.symlinks, &common.ldcache)?);
+        .extend(shape.hooks(&common.symlinks, &common.ldcache, true)?);
     if common.modify_device_files && options.cover_params {
         shared.hooks.push(stage_hook(
             options,
             DISABLE_DEVICE_NODE_MODIFICATION,
             Vec::new(),
         ));
+    }
+    if shape.nvidia.is_some_and(|n| n.application_profile) {
+        shared
+            .hooks
+            .push(stage_hook(options, UPDATE_APPLICATION_PROFILE, Vec::new()));
     }
 
     let mut devices = Vec::new();
@@ -191,7 +299,7 @@ pub fn generate_on(
             .collect();
         if !names.is_empty() {
             let plan = planner.plan(DeviceList::Ids(vec![DeviceId::Index(gpu.index)]))?;
-            let edits = own_edits(options, &common, &plan)?;
+            let edits = own_edits(&shape, &common, &plan)?;
             devices.extend(names.into_iter().map(|name| device(name, &edits)));
         }
         for mig in &gpu.mig_devices {
@@ -213,11 +321,14 @@ pub fn generate_on(
                 mig: mig.index,
             };
             let plan = planner.plan(DeviceList::Ids(vec![id]))?;
-            let edits = own_edits(options, &common, &plan)?;
+            let edits = own_edits(&shape, &common, &plan)?;
             devices.extend(names.into_iter().map(|name| device(name, &edits)));
         }
     }
-    if devices.is_empty() {
+    // No naming strategy at all asks for the `all` device alone (NVIDIA's management
+    // mode).
+    let only_all = options.strategies.is_empty() && options.all_device;
+    if devices.is_empty() && !only_all {
         return Err(GenerateError::NoneWanted {
             wanted: options.only.iter().flatten().cloned().collect(),
         });
@@ -226,7 +337,7 @@ pub fn generate_on(
         let plan = planner.plan(DeviceList::All)?;
         devices.push(device(
             "all".to_owned(),
-            &own_edits(options, &common, &plan)?,
+            &own_edits(&shape, &common, &plan)?,
         ));
     }
     let mut spec = Spec {
@@ -272,7 +383,7 @@ impl Planner<'_> {
 /// What `plan` adds to the common plan: its own device nodes and mounts, and a hook
 /// for any link or cache entry the common plan lacks.
 fn own_edits(
-    options: &Options,
+    shape: &Shape<'_>,
     common: &Plan,
     plan: &Plan,
 ) -> Result<ContainerEdits, GenerateError> {
@@ -315,9 +426,23 @@ fn own_edits(
             .filter(|m| !mounts.contains(m.container_path.as_str()))
             .cloned()
             .collect(),
-        hooks: hook(options, &links, &entries)?.into_iter().collect(),
+        hooks: shape.hooks(&links, &entries, false)?,
         ..ContainerEdits::default()
     };
+    if shape.nvidia.is_some_and(|n| n.chmod)
+        && edits
+            .device_nodes
+            .iter()
+            .any(|n| n.path.starts_with("/dev/dri/"))
+    {
+        edits.hooks.push(stage_hook(
+            shape.options,
+            CHMOD,
+            ["--mode", "755", "--path", "/dev/dri"]
+                .map(str::to_owned)
+                .to_vec(),
+        ));
+    }
     edits.normalise();
     Ok(edits)
 }
@@ -330,19 +455,56 @@ fn device(name: String, edits: &ContainerEdits) -> Device {
     }
 }
 
-/// The `createContainer` hook for `links` and `entries`, if there are any.
-fn hook(
-    options: &Options,
-    links: &[SymlinkEdit],
-    entries: &[Entry],
-) -> Result<Option<Hook>, GenerateError> {
-    if links.is_empty() && entries.is_empty() {
-        return Ok(None);
+/// How the hooks of a spec are written: ours (`link-driver`) or NVIDIA's.
+struct Shape<'a> {
+    options: &'a Options,
+    /// `Some` for NVIDIA's hooks.
+    nvidia: Option<&'a NvidiaHooks>,
+    driver_version: &'a str,
+}
+
+impl Shape<'_> {
+    /// The `createContainer` hooks for `links` and `entries` (none if there are none):
+    /// one `link-driver`, or NVIDIA's `create-symlinks` and `update-ldcache` (with
+    /// `enable-cuda-compat` between them in the spec-level edits, when enabled).
+    fn hooks(
+        &self,
+        links: &[SymlinkEdit],
+        entries: &[Entry],
+        common: bool,
+    ) -> Result<Vec<Hook>, GenerateError> {
+        let options = self.options;
+        let Some(nvidia) = self.nvidia else {
+            if links.is_empty() && entries.is_empty() {
+                return Ok(Vec::new());
+            }
+            // `nvshim hook link-driver …`, or `nvidia-container-runtime-hook link-driver …`
+            // (the static binary packages install: no loader, so no preload can reach it).
+            let args = hook_contract::encode_link_driver(links, entries)?;
+            return Ok(vec![stage_hook(options, LINK_DRIVER, args)]);
+        };
+        let mut hooks = Vec::new();
+        if nvidia.create_symlinks && !links.is_empty() {
+            let args = hook_contract::create_symlinks_args(links)?;
+            hooks.push(stage_hook(options, CREATE_SYMLINKS, args));
+        }
+        if common && nvidia.cuda_compat && !self.driver_version.is_empty() {
+            let arg = format!("--host-driver-version={}", self.driver_version);
+            hooks.push(stage_hook(options, ENABLE_CUDA_COMPAT, vec![arg]));
+        }
+        let folders: BTreeSet<&str> = entries
+            .iter()
+            .filter_map(|e| std::path::Path::new(&e.value).parent()?.to_str())
+            .collect();
+        if nvidia.update_ldcache && !folders.is_empty() {
+            let mut args = hook_contract::update_ldcache_args(folders);
+            if let Some(path) = &nvidia.ldconfig_path {
+                args.extend(["--ldconfig-path".to_owned(), path.clone()]);
+            }
+            hooks.push(stage_hook(options, UPDATE_LDCACHE, args));
+        }
+        Ok(hooks)
     }
-    // `nvshim hook link-driver …`, or `nvidia-container-runtime-hook link-driver …`
-    // (the static binary packages install: no loader, so no preload can reach it).
-    let args = hook_contract::encode_link_driver(links, entries)?;
-    Ok(Some(stage_hook(options, LINK_DRIVER, args)))
 }
 
 /// A `createContainer` hook running `stage` of the hook binary: `nvshim hook <stage>`

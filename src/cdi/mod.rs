@@ -11,6 +11,7 @@
 pub mod name;
 pub mod registry;
 pub mod spec;
+pub mod transform;
 
 use std::collections::BTreeMap;
 

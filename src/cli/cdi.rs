@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::{CliError, HostArgs};
+use crate::cdi::Spec;
 use crate::cdi::{Registry, spec};
 use crate::files::write;
-use crate::generate::{self, NameStrategy, Options};
+use crate::generate::{self, NameStrategy, NvidiaHooks, Options};
 use crate::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
 use crate::pipeline::{Context, NvmlAccess};
 use crate::request::DriverCapabilities;
@@ -67,7 +68,9 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "all")]
     pub driver_capabilities: String,
     /// Leave a hook out of the spec: disable-device-node-modification (the one
-    /// optional hook), or all. Repeat or comma-separate.
+    /// optional hook), or all; for a spec with NVIDIA's hooks (the hook path is
+    /// nvidia-cdi-hook or nvidia-ctk) also NVIDIA's hook names. Repeat or
+    /// comma-separate.
     #[arg(long, value_delimiter = ',')]
     pub disable_hook: Vec<String>,
 }
@@ -107,9 +110,18 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         only: None,
     };
     let mut options = options;
+    let mut nvidia = NvidiaHooks::default();
+    let nvidia_shape = generate::nvidia_shape(&options.hook_path);
     for hook in &args.disable_hook {
         match hook.as_str() {
-            DISABLE_DEVICE_NODE_MODIFICATION | ALL_HOOKS => options.cover_params = false,
+            DISABLE_DEVICE_NODE_MODIFICATION => options.cover_params = false,
+            ALL_HOOKS => {
+                options.cover_params = false;
+                for name in NvidiaHooks::NAMES {
+                    nvidia.set(name, false);
+                }
+            }
+            other if nvidia_shape && nvidia.set(other, false) => {}
             other => {
                 return Err(CliError::UnknownHook {
                     name: other.to_owned(),
@@ -123,15 +135,26 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         nvml: NvmlAccess::InProcess,
         ..Default::default()
     };
-    let spec = generate::generate(&ctx, &options)?;
+    let spec = generate::generate_with(&ctx, &options, &nvidia)?;
     let output = args.output.as_deref().filter(|p| *p != Path::new("-"));
-    let format = args.format.unwrap_or_else(|| match output {
+    emit(&spec, output, args.format, out)
+}
+
+/// Writes `spec` to `output` (atomically) or to `out`, in `format`; without one, JSON
+/// for a `.json` file and YAML otherwise.
+pub fn emit(
+    spec: &Spec,
+    output: Option<&Path>,
+    format: Option<Format>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let format = format.unwrap_or_else(|| match output {
         Some(p) if p.extension().is_some_and(|e| e == "json") => Format::Json,
         _ => Format::Yaml,
     });
     let bytes = match format {
-        Format::Json => spec::to_json(&spec),
-        Format::Yaml => spec::to_yaml(&spec)
+        Format::Json => spec::to_json(spec),
+        Format::Yaml => spec::to_yaml(spec)
             .map_err(generate::GenerateError::from)?
             .into_bytes(),
     };
@@ -147,6 +170,15 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
     Ok(())
 }
 
+/// Writes `bytes` to `path` atomically (the spec files `nvidia-ctk cdi transform`
+/// writes).
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let path = write::resolve(path);
+    let existing = write::read(&path)?;
+    write::replace(&path, bytes, existing.as_ref(), false)?;
+    Ok(())
+}
+
 /// `nvidia-container-runtime-hook` beside this `nvshim` (as packages install them),
 /// else this `nvshim` itself.
 fn default_hook_path() -> Result<PathBuf, CliError> {
@@ -156,10 +188,15 @@ fn default_hook_path() -> Result<PathBuf, CliError> {
 }
 
 fn run_list(args: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let dirs: Vec<PathBuf> = if args.spec_dir.is_empty() {
+    list(&args.spec_dir, out)
+}
+
+/// Prints the device names the spec directories `dirs` define (default: [`SPEC_DIRS`]).
+pub fn list(dirs: &[PathBuf], out: &mut dyn Write) -> Result<(), CliError> {
+    let dirs: Vec<PathBuf> = if dirs.is_empty() {
         SPEC_DIRS.iter().map(PathBuf::from).collect()
     } else {
-        args.spec_dir.clone()
+        dirs.to_vec()
     };
     let registry = Registry::load(&dirs);
     for (path, error) in registry.errors() {

@@ -23,6 +23,9 @@
 //! A spec our runtime edited carries its mark (`inject::is_marked`): then, or when no
 //! GPU is asked for, the hook does nothing. `poststart` and `poststop` do nothing.
 //!
+//! NVIDIA's `createContainer` hooks (`nvidia-cdi-hook create-symlinks`,
+//! `update-ldcache`, `chmod`, …) are [`stages`].
+//!
 //! `hooks.d/oci-nvidia-hook.json` (podman, CRI-O) says `"when": {"always": true}`:
 //! the OCI hooks format 1.0.0 can match annotations, commands and bind mounts, not
 //! env vars, and its conditions are and-ed, so a narrower `when` would miss
@@ -50,6 +53,7 @@ mod nodes;
 pub mod ns;
 pub mod params;
 pub mod privileges;
+pub mod stages;
 mod syscalls;
 
 use std::path::PathBuf;

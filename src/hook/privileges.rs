@@ -19,7 +19,10 @@
 //! - `link-driver` (symlinks and the linker cache in the rootfs): the file access
 //!   capabilities only — no mounts, no device nodes, no namespaces;
 //! - `disable-device-node-modification` (a tmpfs copy mounted over the driver's
-//!   params): `CAP_SYS_ADMIN` for the mounts and the file access capabilities.
+//!   params): `CAP_SYS_ADMIN` for the mounts and the file access capabilities;
+//! - NVIDIA's `create-symlinks`, `update-ldcache`, `update-application-profile`,
+//!   `enable-cuda-compat` and `chmod` (`hook::stages`): the file access capabilities
+//!   only, like `link-driver`.
 //!
 //! Capabilities are per thread: this must run on the thread that does the work (the
 //! hook is single-threaded), and tests can apply a stage's set on a thread of their
@@ -37,6 +40,12 @@ pub enum Stage {
     LinkDriver,
     /// The `createContainer` hook that covers `/proc/driver/nvidia/params`.
     DisableDeviceNodeModification,
+    /// NVIDIA's `create-symlinks`, `update-ldcache`, `update-application-profile` and
+    /// `enable-cuda-compat` ([`super::stages`]): files and links in the rootfs.
+    RootfsFiles,
+    /// NVIDIA's `chmod`: modes of files in the rootfs (`CAP_FOWNER` is among the file
+    /// access capabilities).
+    Chmod,
 }
 
 const FILE_ACCESS: &[Capability] = &[
@@ -69,6 +78,8 @@ pub const STAGES: &[(Stage, &[Capability])] = &[
         &[Capability::CAP_SYS_ADMIN],
     ),
     (Stage::DisableDeviceNodeModification, FILE_ACCESS),
+    (Stage::RootfsFiles, FILE_ACCESS),
+    (Stage::Chmod, FILE_ACCESS),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +187,8 @@ mod tests {
             (Stage::Prestart, true, true),
             (Stage::LinkDriver, false, false),
             (Stage::DisableDeviceNodeModification, false, true),
+            (Stage::RootfsFiles, false, false),
+            (Stage::Chmod, false, false),
         ] {
             let set = set_of(stage);
             assert!(

@@ -49,6 +49,25 @@ pub const LINK_DRIVER: &str = "link-driver";
 /// NVIDIA's hook that covers the container's `/proc/driver/nvidia/params` with
 /// `ModifyDeviceFiles: 0`; also the name `nvcdi-disable-hooks` turns it off by.
 pub const DISABLE_DEVICE_NODE_MODIFICATION: &str = "disable-device-node-modification";
+/// NVIDIA's `createContainer` hooks that specs of `nvidia-ctk cdi generate` run
+/// (`nvidia-cdi-hook <name>`, `nvidia-ctk hook <name>`).
+pub const CREATE_SYMLINKS: &str = "create-symlinks";
+pub const UPDATE_LDCACHE: &str = "update-ldcache";
+pub const CHMOD: &str = "chmod";
+pub const ENABLE_CUDA_COMPAT: &str = "enable-cuda-compat";
+pub const UPDATE_APPLICATION_PROFILE: &str = "update-application-profile";
+/// Every hook `nvidia-cdi-hook` runs, in NVIDIA's order within a spec.
+pub const NVIDIA_HOOKS: [&str; 6] = [
+    CREATE_SYMLINKS,
+    ENABLE_CUDA_COMPAT,
+    UPDATE_LDCACHE,
+    DISABLE_DEVICE_NODE_MODIFICATION,
+    UPDATE_APPLICATION_PROFILE,
+    CHMOD,
+];
+/// `update-ldcache --folder DIR`.
+pub const FOLDER_FLAG: &str = "--folder";
+
 /// The value of `nvcdi-disable-hooks` / `--disable-hook` that turns every hook off.
 pub const ALL_HOOKS: &str = "all";
 
@@ -80,17 +99,18 @@ pub fn long_name(flag: &'static str) -> &'static str {
 }
 
 /// A `createContainer` hook running `stage` of the hook binary at `path` (absolute, on
-/// the host) with `args` after it: `nvshim hook <stage> …` when the binary is `nvshim`,
-/// `nvidia-ctk hook <stage> …` when it is `nvidia-ctk` (as NVIDIA's specs run it),
-/// `<binary> <stage> …` otherwise. Its env is [`HOOK_ENV`], never the container's.
+/// the host) with `args` after it: `nvshim hook <stage> …` and `nvidia-ctk hook <stage>
+/// …` for those two binaries, `<binary> <stage> …` otherwise. Its env is [`HOOK_ENV`], never the container's.
 pub fn stage_hook(path: &Path, stage: &str, args: Vec<String>) -> Hook {
     let name = path
         .file_name()
         .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned());
     let mut argv = Vec::with_capacity(3 + args.len());
-    let hook_command = name == NVSHIM_BINARY || name == CTK_BINARY;
+    // `nvshim hook <stage>` and `nvidia-ctk hook <stage>`; the hook binaries take the
+    // stage first.
+    let subcommand = name == NVSHIM_BINARY || name == CTK_BINARY;
     argv.push(name);
-    if hook_command {
+    if subcommand {
         argv.push(NVSHIM_HOOK_COMMAND.to_owned());
     }
     argv.push(stage.to_owned());
@@ -102,6 +122,22 @@ pub fn stage_hook(path: &Path, stage: &str, args: Vec<String>) -> Hook {
         env: vec![HOOK_ENV.to_owned()],
         timeout: None,
     }
+}
+
+/// `create-symlinks`' arguments for `links` (`--link TARGET::PATH` each, as
+/// `link-driver` spells them).
+pub fn create_symlinks_args(
+    links: &[crate::discover::SymlinkEdit],
+) -> Result<Vec<String>, ArgError> {
+    encode_link_driver(links, &[])
+}
+
+/// `update-ldcache`'s arguments for `folders` (`--folder DIR` each).
+pub fn update_ldcache_args<'a>(folders: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    folders
+        .into_iter()
+        .flat_map(|f| [FOLDER_FLAG.to_owned(), f.to_owned()])
+        .collect()
 }
 
 /// Whether `disabled` (NVIDIA's `nvcdi-disable-hooks`, `--disable-hook`) turns `hook` off.

@@ -399,10 +399,33 @@ fn the_hook_binary_runs_link_driver_too() {
 /// LD_LIBRARY_PATH is legitimate, and runs (tests/hook/engines.rs).
 #[test]
 fn hooks_refuse_loader_variables() {
+    // NVIDIA's names for the same binary, as packages install them.
+    let names = tempfile::tempdir().unwrap();
+    let cdi_hook = names.path().join("nvidia-cdi-hook");
+    let ctk = names.path().join("nvidia-ctk");
+    std::os::unix::fs::symlink(NVSHIM, &cdi_hook).unwrap();
+    std::os::unix::fs::symlink(NVSHIM, &ctk).unwrap();
+    let (cdi_hook, ctk) = (cdi_hook.to_str().unwrap(), ctk.to_str().unwrap());
     for (bin, args) in [
         (HOOK, &["link-driver", "--link", "a::/b"][..]),
         (NVSHIM, &["hook", "link-driver", "--link", "a::/b"][..]),
         (HOOK, &["disable-device-node-modification"][..]),
+        (cdi_hook, &["create-symlinks", "--link", "a::/b"][..]),
+        (cdi_hook, &["update-ldcache", "--folder", "/usr/lib64"][..]),
+        (
+            cdi_hook,
+            &["chmod", "--mode", "755", "--path", "/dev/dri"][..],
+        ),
+        (
+            cdi_hook,
+            &["enable-cuda-compat", "--host-driver-version=550.1"][..],
+        ),
+        (cdi_hook, &["disable-device-node-modification"][..]),
+        (cdi_hook, &["update-application-profile"][..]),
+        (
+            ctk,
+            &["hook", "update-ldcache", "--folder", "/usr/lib64"][..],
+        ),
     ] {
         for var in ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"] {
             let out = Command::new(bin)

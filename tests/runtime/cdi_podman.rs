@@ -4,6 +4,11 @@
 //! `createContainer` hook, `nvshim hook link-driver`) the driver's symlinks and
 //! linker cache entries.
 //!
+//! NVIDIA's names run the same way: a spec from `nvidia-ctk cdi generate` and one
+//! shaped exactly as NVIDIA's tool writes it (`tests/fixtures/cdi`), both running
+//! `nvidia-cdi-hook create-symlinks`, `update-ldcache --folder` and
+//! `disable-device-node-modification` (a link named `nvidia-cdi-hook` to `nvshim`).
+//!
 //! podman 4.3 reads specs only from /etc/cdi and /var/run/cdi, so the test writes
 //! one there for the length of a run. It must never clobber or shadow a real node's
 //! spec: it refuses to run while either directory holds an `nvidia.com/gpu` spec
@@ -155,6 +160,15 @@ impl SystemSpec {
         path
     }
 
+    /// (Re)writes our spec as `text` in `format`.
+    fn install_text(&mut self, text: &str, format: &str) -> PathBuf {
+        self.remove();
+        let path = Path::new(SPEC_DIR).join(format!("{OURS}{}.{format}", std::process::id()));
+        self.path = Some(path.clone());
+        fs::write(&path, text).unwrap();
+        path
+    }
+
     fn remove(&mut self) {
         if let Some(path) = self.path.take() {
             let _ = fs::remove_file(path);
@@ -266,6 +280,39 @@ fn podman_runs_the_devices_of_our_cdi_spec() {
     let failed = run("7");
     assert!(!failed.status.success(), "gpu=7 ran: {failed:?}");
 
+    // NVIDIA's names, as packages install them: links to the one binary.
+    let names = tempfile::tempdir().unwrap();
+    let ctk = names.path().join("nvidia-ctk");
+    let hook = names.path().join("nvidia-cdi-hook");
+    std::os::unix::fs::symlink(NVSHIM, &ctk).unwrap();
+    std::os::unix::fs::symlink(NVSHIM, &hook).unwrap();
+    let text = nvidia_ctk_spec(&node, &ctk, &hook, names.path());
+    for stage in [
+        "create-symlinks",
+        "enable-cuda-compat",
+        "update-ldcache",
+        "update-application-profile",
+    ] {
+        assert!(
+            text.contains(stage),
+            "nvidia-ctk cdi generate: no {stage} hook\n{text}"
+        );
+    }
+    assert!(!text.contains("link-driver"), "{text}");
+    spec.install_text(&text, "yaml");
+    let p = printed(
+        run("1"),
+        "podman run --device nvidia.com/gpu=1 (nvidia-ctk spec)",
+    );
+    assert_gets(&node, &p, "gpu=1, nvidia-ctk cdi generate", &[1]);
+
+    spec.install_text(&nvidia_format_fixture(&node, &hook), "json");
+    let p = printed(
+        run("0"),
+        "podman run --device nvidia.com/gpu=0 (NVIDIA's format)",
+    );
+    assert_gets(&node, &p, "gpu=0, spec in NVIDIA's format", &[0]);
+
     drop(spec);
     let path = Path::new(SPEC_DIR).join(format!("{OURS}{}.yaml", std::process::id()));
     assert!(!path.exists(), "{} was left behind", path.display());
@@ -276,6 +323,34 @@ fn podman_runs_the_devices_of_our_cdi_spec() {
         "podman left mounts under {}",
         dir.path().display()
     );
+}
+
+/// `nvidia-ctk --config <node's config> cdi generate --nvidia-cdi-hook-path <hook>`.
+fn nvidia_ctk_spec(node: &Node, ctk: &Path, hook: &Path, scratch: &Path) -> String {
+    let config = scratch.join("config.toml");
+    fs::write(&config, node.sim.runtime_config("runc", None)).unwrap();
+    let mut cmd = std::process::Command::new(ctk);
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg("--config")
+        .arg(&config)
+        .args(["cdi", "generate", "--nvidia-cdi-hook-path"])
+        .arg(hook);
+    for (k, v) in node.sim.env() {
+        cmd.env(k, v);
+    }
+    crate::common::ok(cmd.output().unwrap(), "nvidia-ctk cdi generate")
+}
+
+/// The fixture with this node's paths, GPU 0's minor and `hook` filled in.
+fn nvidia_format_fixture(node: &Node, hook: &Path) -> String {
+    let template = include_str!("../fixtures/cdi/nvidia-ctk-generate.json");
+    template
+        .replace("@DRIVER@", node.sim.driver_root.to_str().unwrap())
+        .replace("@DEV@", node.sim.dir.join("dev").to_str().unwrap())
+        .replace("@MINOR0@", &node.sim.spec.gpus[0].minor.to_string())
+        .replace("@VERSION@", node.sim.library_version())
+        .replace("@HOOK@", hook.to_str().unwrap())
 }
 
 #[test]

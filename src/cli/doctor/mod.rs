@@ -265,10 +265,13 @@ fn binaries(dir: &Path) -> Vec<Check> {
     let wanted = [
         ("nvidia-container-runtime", "the runtime"),
         (
-            "nvidia-container-runtime-hook",
+            crate::hook_contract::HOOK_BINARY,
             "the prestart hook (docker --gpus, podman hooks.d)",
         ),
-        ("nvshim", "the runtime's NVML helper and this CLI"),
+        (
+            crate::hook_contract::NVSHIM_BINARY,
+            "the runtime's NVML helper and this CLI",
+        ),
     ];
     let missing: Vec<String> = wanted
         .iter()

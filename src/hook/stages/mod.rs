@@ -1,0 +1,125 @@
+//! NVIDIA's `createContainer` hooks, as `nvidia-cdi-hook <name>` and `nvidia-ctk hook
+//! <name>` run them from the specs `nvidia-ctk cdi generate` writes (ours and
+//! NVIDIA's): `create-symlinks`, `update-ldcache`, `chmod`,
+//! `update-application-profile` and `enable-cuda-compat`
+//! (`disable-device-node-modification` is [`super::params`]).
+//!
+//! Each finds the container's rootfs like NVIDIA's hooks do: the OCI state (stdin, or
+//! the file `--container-spec` names) gives the bundle, the bundle's `config.json`
+//! gives `root.path`, relative to the bundle. runc runs `createContainer` hooks in the
+//! container's mount namespace before `pivot_root`, so that path is the rootfs with
+//! the spec's mounts and `/dev` in place.
+//!
+//! The rootfs belongs to the image: every path is resolved inside it ([`Rootfs`]:
+//! `openat2(RESOLVE_IN_ROOT)` or the same walk by hand), files are written only on the
+//! rootfs's own filesystem, and nothing from the image runs. `update-ldcache` does not
+//! run `ldconfig` at all: it reads the libraries' ELF headers itself ([`elf`]) and
+//! merges their entries into the container's `ld.so.cache` (`rootfs::linker`).
+
+pub mod chmod;
+pub mod compat;
+pub mod elf;
+pub mod ldcache;
+pub mod profile;
+pub mod symlinks;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use crate::bundle::{self, Bundle, BundleError};
+use crate::rootfs::{Rootfs, RootfsError};
+
+/// The OCI state is small; anything larger is not one.
+const MAX_STATE: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("cannot read the OCI state from {from}: {source}")]
+    State {
+        from: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error("config.json has no root.path: cannot find the container's rootfs")]
+    NoRoot,
+    #[error(
+        "the container's rootfs is {0:?}: refusing to work on the host's root (is this a \
+         createContainer hook of a container?)"
+    )]
+    HostRoot(PathBuf),
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    #[error("{path} in the container rootfs {root}: {source}")]
+    Path {
+        root: PathBuf,
+        path: PathBuf,
+        #[source]
+        source: Errno,
+    },
+    #[error("invalid --mode {value:?}: expected an octal file mode such as 755 (at most 7777)")]
+    Mode { value: String },
+    #[error("invalid --path {value:?}: expected an absolute path in the container")]
+    RelativePath { value: String },
+    #[error("invalid --folder {value:?}: expected an absolute directory in the container")]
+    Folder { value: String },
+    #[error("invalid --host-driver-version {value:?}: expected a version such as 550.54.15")]
+    DriverVersion { value: String },
+}
+
+/// The OCI state: from `container_spec` (NVIDIA's `--container-spec`) when it names a
+/// file, else (absent, empty or `-`) from stdin.
+pub fn read_state(container_spec: Option<&Path>) -> Result<Vec<u8>, StageError> {
+    let mut state = Vec::new();
+    match container_spec.filter(|p| !p.as_os_str().is_empty() && *p != Path::new("-")) {
+        Some(path) => std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_STATE).read_to_end(&mut state))
+            .map_err(|source| StageError::State {
+                from: path.display().to_string(),
+                source,
+            })?,
+        None => std::io::stdin()
+            .take(MAX_STATE)
+            .read_to_end(&mut state)
+            .map_err(|source| StageError::State {
+                from: "stdin".to_owned(),
+                source,
+            })?,
+    };
+    Ok(state)
+}
+
+/// The container's rootfs on the host, from the OCI state: `<bundle>/<root.path>`
+/// (an absolute `root.path` as it is).
+pub fn rootfs_path(state: &[u8]) -> Result<PathBuf, StageError> {
+    let state = bundle::parse_state(state)?;
+    let loaded = Bundle::new(&state.bundle).load()?;
+    let root = loaded.doc.root_path().ok_or(StageError::NoRoot)?;
+    let path = state.bundle.join(root);
+    if path.as_os_str().is_empty() || path == Path::new("/") {
+        return Err(StageError::HostRoot(path));
+    }
+    Ok(path)
+}
+
+/// Opens the container's rootfs named by the OCI state.
+pub fn open_rootfs(state: &[u8]) -> Result<Rootfs, StageError> {
+    Ok(Rootfs::open(&rootfs_path(state)?)?)
+}
+
+/// An absolute container path with no `..` (the spec's, not the image's).
+fn container_path(value: &str) -> Option<PathBuf> {
+    let path = Path::new(value);
+    (path.is_absolute()
+        && !value.contains('\0')
+        && path
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir)))
+    .then(|| path.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests;
