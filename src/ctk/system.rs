@@ -236,3 +236,7 @@ fn warn_skipped(skipped: &[String]) {
         tracing::warn!("skipped {what}");
     }
 }
+
+#[cfg(test)]
+#[path = "system_tests.rs"]
+mod tests;
