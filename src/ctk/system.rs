@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 
 use super::GlobalArgs;
 use crate::device_nodes::{self, DeviceNodesError, Node, Outcome};
+use crate::ldcache::Class;
 
 #[derive(Debug, Args)]
 pub struct SystemArgs {
@@ -28,6 +29,20 @@ pub enum SystemCommand {
     CreateDevCharSymlinks(DevCharArgs),
     /// Create the NVIDIA control device nodes.
     CreateDeviceNodes(DeviceNodesArgs),
+    /// Print the libraries of the driver root's ld.so.cache.
+    PrintLdcache(PrintLdcacheArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PrintLdcacheArgs {
+    /// The driver root whose etc/ld.so.cache is read.
+    #[arg(
+        long,
+        value_name = "DRIVER_ROOT",
+        default_value = "/",
+        env = "DRIVER_ROOT"
+    )]
+    pub driver_root: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +123,12 @@ pub enum SystemError {
     Watch,
     #[error(transparent)]
     DeviceNodes(#[from] DeviceNodesError),
+    #[error("cannot read {}: {source}", path.display())]
+    LdCache {
+        path: PathBuf,
+        #[source]
+        source: crate::ldcache::LdCacheError,
+    },
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -120,6 +141,7 @@ pub fn run(global: &GlobalArgs, args: &SystemArgs, out: &mut dyn Write) -> Resul
     match &args.command {
         SystemCommand::CreateDevCharSymlinks(args) => dev_char(args, &mut report),
         SystemCommand::CreateDeviceNodes(args) => nodes(args, &mut report),
+        SystemCommand::PrintLdcache(args) => print_ldcache(args, report.out),
     }
 }
 
@@ -229,6 +251,35 @@ fn nodes(args: &DeviceNodesArgs, report: &mut Report<'_>) -> Result<(), SystemEr
     warn_skipped(&skipped);
     let done = device_nodes::create_nodes(&control, args.dry_run)?;
     report.nodes(&done)
+}
+
+/// The cache's 32-bit and then 64-bit libraries, each list under a count, as
+/// NVIDIA's prints them (to stdout here, not the log).
+fn print_ldcache(args: &PrintLdcacheArgs, out: &mut dyn Write) -> Result<(), SystemError> {
+    let path = args.driver_root.join("etc/ld.so.cache");
+    let cache = crate::ldcache::load(&path).map_err(|source| SystemError::LdCache {
+        path: path.clone(),
+        source,
+    })?;
+    for (class, bits) in [(Class::Lib32, 32), (Class::Lib64, 64)] {
+        let mut libs: Vec<&str> = cache
+            .entries
+            .iter()
+            .filter(|e| e.class() == class)
+            .map(|e| e.value.as_str())
+            .collect();
+        libs.sort_unstable();
+        libs.dedup();
+        if libs.is_empty() {
+            writeln!(out, "No {bits}-bit libraries found")?;
+        } else {
+            writeln!(out, "{} {bits}-bit libraries found", libs.len())?;
+        }
+        for lib in libs {
+            writeln!(out, "{lib}")?;
+        }
+    }
+    Ok(())
 }
 
 fn warn_skipped(skipped: &[String]) {

@@ -132,6 +132,23 @@ fn ctk_system_create_all_makes_nodes_and_links_idempotently() {
         "idempotent:\n{again}"
     );
 
+    let driver = node.sim.driver_root.display().to_string();
+    let libs = ok(
+        &ctk(
+            &link,
+            &["system", "print-ldcache", "--driver-root", &driver],
+            &[],
+        ),
+        "print-ldcache",
+    );
+    assert!(
+        libs.contains("64-bit libraries found")
+            && libs
+                .lines()
+                .any(|l| l == "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        "{libs}"
+    );
+
     // Without --create-all the existing nodes of the simulated node are linked.
     let existing = ok(
         &ctk(
