@@ -29,7 +29,15 @@ pub fn run(global: &GlobalArgs, _args: &InfoArgs, out: &mut dyn Write) -> Result
         super::CTK_BINARY,
         env!("CARGO_PKG_VERSION")
     )?;
+    // `--config` names the file as NVIDIA_CTK_CONFIG_FILE_PATH would, except that a
+    // missing one means the defaults here: `info` reports, it does not insist.
     let loaded = match &global.config {
+        Some(path) if !path.exists() => Ok(nvconfig::Loaded {
+            config: Config::default(),
+            path: path.clone(),
+            from_file: false,
+            unknown_keys: Vec::new(),
+        }),
         Some(path) => {
             let path = path.clone();
             nvconfig::load(move |name| {
