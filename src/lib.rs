@@ -19,6 +19,8 @@
 //! inventory                     GPUs + MIG devices + driver version (procfs or NVML)
 //! select                        request × inventory → Selection
 //! discover                      Selection + capabilities → HostResources (files, nodes)
+//! device_nodes                  the host's NVIDIA device nodes outside any container:
+//!                               listing, mknod, modprobe, /dev/char links
 //! hook_contract                 the hook binaries, stages and arguments: one spelling for
 //!                               the edit builders that write hooks and the hook that reads
 //! edits                         HostResources → ContainerEdits (pure, stable order)
@@ -59,6 +61,8 @@ pub mod inventory;
 pub mod select;
 
 pub mod discover;
+
+pub mod device_nodes;
 
 pub mod hook_contract;
 

@@ -13,6 +13,7 @@ mod common;
 mod cdi_schema;
 mod configure;
 mod core_deps;
+mod ctk_system;
 mod docs_flags;
 mod doctor;
 mod info_list;

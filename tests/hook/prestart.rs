@@ -52,7 +52,7 @@ struct E2e {
 }
 
 /// Builds `openprobe` with the host's gcc.
-fn probe(dir: &Path) -> PathBuf {
+pub(crate) fn probe(dir: &Path) -> PathBuf {
     let src = dir.join("openprobe.c");
     let bin = dir.join("openprobe");
     fs::write(&src, PROBE_C).unwrap();
