@@ -71,21 +71,27 @@ pub fn run(args: &HookArgs) -> Result<(), CliError> {
         }
         HookCommand::LinkDriver(args) => {
             privileges::restrict(Stage::LinkDriver)?;
-            let links = args
-                .links
-                .iter()
-                .map(|l| hook_contract::parse_link(l))
-                .collect::<Result<Vec<_>, _>>()?;
-            let entries = args
-                .entries
-                .iter()
-                .map(|e| hook_contract::parse_entry(e))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut state = Vec::new();
-            std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
-            let (changed, refresh) = link::run(&state, &links, &entries)?;
-            tracing::debug!(changed, ?refresh, "{LINK_DRIVER}");
-            Ok(())
+            link_driver(args)
         }
     }
+}
+
+/// `link-driver`'s work, once the caller has refused loader variables and cut the
+/// capabilities to `Stage::LinkDriver` (`nvidia-ctk hook link-driver` runs it too).
+pub fn link_driver(args: &LinkDriverArgs) -> Result<(), CliError> {
+    let links = args
+        .links
+        .iter()
+        .map(|l| hook_contract::parse_link(l))
+        .collect::<Result<Vec<_>, _>>()?;
+    let entries = args
+        .entries
+        .iter()
+        .map(|e| hook_contract::parse_entry(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut state = Vec::new();
+    std::io::stdin().take(1 << 20).read_to_end(&mut state)?;
+    let (changed, refresh) = link::run(&state, &links, &entries)?;
+    tracing::debug!(changed, ?refresh, "{LINK_DRIVER}");
+    Ok(())
 }

@@ -18,7 +18,7 @@ use crate::hook::privileges::{self, PrivilegeError, Stage};
 use crate::hook::stages::{self, StageError, chmod, compat, ldcache, profile, symlinks};
 use crate::hook_contract::{
     self, ArgError, CHMOD, CREATE_SYMLINKS, DISABLE_DEVICE_NODE_MODIFICATION, ENABLE_CUDA_COMPAT,
-    NVIDIA_HOOKS, UPDATE_APPLICATION_PROFILE, UPDATE_LDCACHE,
+    LINK_DRIVER, NVIDIA_HOOKS, UPDATE_APPLICATION_PROFILE, UPDATE_LDCACHE,
 };
 
 #[derive(Debug, Args)]
@@ -57,6 +57,10 @@ pub enum HookCommand {
     /// Limit EGL/Vulkan to the container's GPUs with a driver application profile.
     #[command(name = UPDATE_APPLICATION_PROFILE)]
     UpdateApplicationProfile(StateArgs),
+    /// nvshim's one hook for the driver's symlinks and linker cache entries (what
+    /// create-symlinks and update-ldcache do), as the device plugin's CDI specs run it.
+    #[command(name = LINK_DRIVER)]
+    LinkDriver(crate::cli::hook::LinkDriverArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -146,6 +150,8 @@ pub enum HookError {
     },
     #[error("{CREATE_SYMLINKS}: {0}")]
     Link(#[from] ArgError),
+    #[error("{LINK_DRIVER}: {0}")]
+    LinkDriver(Box<crate::cli::CliError>),
     #[error("{DISABLE_DEVICE_NODE_MODIFICATION}: {0}")]
     Params(#[from] ParamsError),
     #[error("{CHMOD}: --mode is required (an octal mode such as 755)")]
@@ -179,6 +185,7 @@ pub fn run(_global: &GlobalArgs, args: &HookArgs) -> Result<(), HookError> {
         HookCommand::UpdateApplicationProfile(_) => {
             (UPDATE_APPLICATION_PROFILE, Stage::RootfsFiles)
         }
+        HookCommand::LinkDriver(_) => (LINK_DRIVER, Stage::LinkDriver),
     };
     if let Some(var) = hook_contract::loader_var() {
         return Err(HookError::LoaderVar { hook, var });
@@ -249,6 +256,9 @@ pub fn run(_global: &GlobalArgs, args: &HookArgs) -> Result<(), HookError> {
             tracing::debug!(?mask, "{UPDATE_APPLICATION_PROFILE}");
             Ok(())
         }
+        HookCommand::LinkDriver(a) => {
+            crate::cli::hook::link_driver(a).map_err(|e| HookError::LinkDriver(Box::new(e)))
+        }
     }
 }
 
@@ -268,6 +278,25 @@ mod tests {
 
     fn hook(args: &[&str]) -> CdiHook {
         CdiHook::try_parse_from(["nvidia-cdi-hook"].iter().chain(args)).unwrap()
+    }
+
+    /// The device plugin's CDI specs run `nvidia-ctk hook link-driver …` (its default
+    /// hook binary is NVIDIA's `/usr/bin/nvidia-ctk`): the spec it writes must parse.
+    #[test]
+    fn the_device_plugins_link_driver_hook_parses() {
+        let spec = hook_contract::stage_hook(
+            std::path::Path::new("/usr/bin/nvidia-ctk"),
+            LINK_DRIVER,
+            vec!["--link".into(), "libcuda.so.1::/usr/lib/libcuda.so".into()],
+        );
+        let parsed = Ctk::try_parse_from(&spec.args).unwrap();
+        let CtkCommand::Hook(HookArgs {
+            command: Some(HookCommand::LinkDriver(a)),
+        }) = parsed.command
+        else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(a.links, ["libcuda.so.1::/usr/lib/libcuda.so"]);
     }
 
     #[test]

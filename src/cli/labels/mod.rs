@@ -124,7 +124,7 @@ fn labeller(
     let resolved = gfd::resolve(args, env, &file)?;
     let mut host = host.clone();
     if let Some(root) = &resolved.driver_root {
-        host.driver_root = root.clone();
+        host.driver_root = Some(root.clone());
     }
     if resolved.nvml_only {
         host.backend = Backend::Nvml;
