@@ -20,6 +20,8 @@
 #                       binaries are built with `make static-runtime`; present ones
 #                       are used as they are)
 #   NVSHIM_FORMATS      "deb rpm" (default), "deb" or "rpm"
+#   NVSHIM_DEBS         the .debs to build and put in apt/ (default: all five; the
+#                       spec always makes every rpm)
 #   NVSHIM_GPG_HOME     gnupg home with the signing key (default: <out>.gnupg, where a
 #                       key without passphrase is generated if none is there: for test
 #                       builds; it sits beside <out> so publishing <out> leaks nothing)
@@ -42,6 +44,7 @@ bins=(nvidia-container-runtime nvidia-container-runtime-hook nvidia-device-plugi
 packages=(nvidia-container-toolkit-base nvidia-container-toolkit libnvidia-container-tools
   nvidia-docker2 nvshim)
 epoch=1
+debs=(${NVSHIM_DEBS:-${packages[*]}})
 udev_rule=deployments/udev/71-nvidia-dev-char.rules
 systemd_unit=deployments/systemd/nvidia-dev-char-symlinks.service
 
@@ -103,6 +106,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ -z "${NVSHIM_BIN_DIR:-}" ] || die "missing in $bin_dir: ${missing[*]}"
   make -C "$root" static-runtime
 fi
+for p in "${debs[@]}"; do
+  case " ${packages[*]} " in
+    *" $p "*) ;;
+    *) die "NVSHIM_DEBS: $p is not one of ${packages[*]}" ;;
+  esac
+done
 units=()
 for f in "$udev_rule" "$systemd_unit"; do
   if [ -f "$root/$f" ]; then
@@ -252,7 +261,7 @@ if wants deb; then
   need dpkg-shlibdeps dpkg-dev
   rm -rf "$out/apt"
   mkdir -p "$out/apt"
-  for p in "${packages[@]}"; do
+  for p in "${debs[@]}"; do
     build_deb "$p"
     cp "$out/${p}_${version}_"*.deb "$out/apt/"
   done

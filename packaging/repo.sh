@@ -76,16 +76,17 @@ export_key() {
 
 keygen() {
   need gpg gnupg
-  local home=$1
+  local home=$1 found
   mkdir -p -m 0700 "$home"
-  if gpg --homedir "$home" --batch --list-secret-keys 2>/dev/null | grep -q '^sec'; then
-    return 0
+  # Listing secret keys starts an agent too: stopped below.
+  found=$(gpg --homedir "$home" --batch --list-secret-keys 2>/dev/null | grep -c '^sec' || true)
+  if [ "$found" = 0 ]; then
+    gpg --homedir "$home" --batch --pinentry-mode loopback --passphrase '' \
+      --quick-generate-key 'nvshim packages (test build) <nvshim@example.org>' ed25519 sign never \
+      2>/dev/null || die "gpg could not generate a key in $home"
+    echo "generated a signing key in $home (no passphrase: for test builds only)"
   fi
-  gpg --homedir "$home" --batch --pinentry-mode loopback --passphrase '' \
-    --quick-generate-key 'nvshim packages (test build) <nvshim@example.org>' ed25519 sign never \
-    2>/dev/null || die "gpg could not generate a key in $home"
   gpgconf --homedir "$home" --kill gpg-agent >/dev/null 2>&1 || true
-  echo "generated a signing key in $home (no passphrase: for test builds only)"
 }
 
 apt_repo() {

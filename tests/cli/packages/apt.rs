@@ -138,7 +138,11 @@ fn apt_refuses_bad_signatures_then_installs_removes_upgrades_and_purges() {
 
     // Upgrade from an older build: the admin's edit survives.
     let old_dir = tempfile::tempdir().unwrap();
-    let env = [("NVSHIM_VERSION", "0.0.9"), ("NVSHIM_FORMATS", "deb")];
+    let env = [
+        ("NVSHIM_VERSION", "0.0.9"),
+        ("NVSHIM_FORMATS", "deb"),
+        ("NVSHIM_DEBS", BASE),
+    ];
     build_sh(old_dir.path(), &env);
     let old = find(old_dir.path(), &format!("{BASE}_0.0.9_"), ".deb").unwrap();
     fs::copy(&old, ch.path("/srv/old.deb")).unwrap();
