@@ -9,7 +9,8 @@ use std::process::Command;
 
 use super::chroot::{Chroot, KEYRING, SRV, signed_repo};
 use super::{
-    BASE, CONFIG, Entry, REPO, VERSION, build_sh, deb_version, find, mode, ok, package_set, run,
+    BASE, CONFIG, Entry, REPO, SYSTEMD_UNIT, VERSION, build_sh, deb_version, find, mode, ok,
+    package_set, run,
 };
 use crate::common::node;
 use nvshim_testkit::NodeSpec;
@@ -104,6 +105,10 @@ fn apt_refuses_bad_signatures_then_installs_removes_upgrades_and_purges() {
             Entry::Link(to) => assert_eq!(fs::read_link(ch.path(&path)).unwrap(), Path::new(to)),
         }
     }
+    // The /dev/char unit is enabled (deb-systemd-helper, as debhelper's scripts do).
+    let unit = Path::new(REPO).join(SYSTEMD_UNIT).exists();
+    let wants = "/etc/systemd/system/multi-user.target.wants/nvidia-dev-char-symlinks.service";
+    assert_eq!(ch.has(wants), unit, "{wants} after install");
     let shipped = fs::read_to_string(Path::new(REPO).join("packaging/config.toml")).unwrap();
     assert_eq!(ch.read(CONFIG), shipped, "the installed config.toml");
     let printed = ch.exec(&["/usr/bin/nvshim", "--version"]);
@@ -135,6 +140,7 @@ fn apt_refuses_bad_signatures_then_installs_removes_upgrades_and_purges() {
     assert_eq!(ch.status(BASE), "", "purge left dpkg state");
     let dir = CONFIG.rsplit_once('/').unwrap().0;
     assert!(!ch.has(dir), "purge left {dir}");
+    assert!(!ch.has(wants), "purge left {wants}");
 
     // Upgrade from an older build: the admin's edit survives.
     let old_dir = tempfile::tempdir().unwrap();
