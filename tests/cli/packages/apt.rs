@@ -9,8 +9,8 @@ use std::process::Command;
 
 use super::chroot::{Chroot, KEYRING, SRV, signed_repo};
 use super::{
-    BASE, CONFIG, Entry, REPO, SYSTEMD_UNIT, VERSION, build_sh, deb_version, find, mode, ok,
-    package_set, run,
+    BASE, CONFIG, Entry, HOOKS_D, NVSHIM, REPO, SYSTEMD_UNIT, TOOLKIT, TOOLS, VERSION, build_sh,
+    deb_version, fake_deb, find, mode, ok, package_set, run,
 };
 use crate::common::node;
 use nvshim_testkit::NodeSpec;
@@ -49,6 +49,8 @@ fn assert_refused(said: &str, what: &str) {
         "{what}: apt-get update failed without a signature error:\n{said}"
     );
 }
+
+const HOOK: &str = "nvidia-container-runtime-hook";
 
 fn config_has(ch: &Chroot, mark: &str) -> bool {
     ch.read(CONFIG).contains(&format!("# {mark}\n"))
@@ -160,4 +162,42 @@ fn apt_refuses_bad_signatures_then_installs_removes_upgrades_and_purges() {
     assert!(config_has(&ch, "edited on 0.0.9"), "upgrade lost the edit");
     ch.apt(&["purge", BASE]);
     assert!(!ch.has(CONFIG), "purge left the config");
+
+    // Upgrade from the single `nvshim` package of earlier builds (a fake with its files
+    // and relationships): the new nvshim brings the whole toolkit, so no binary goes
+    // missing, and the edited config, now the base's conffile, survives.
+    let script = "#!/bin/sh\necho old nvshim\n";
+    let bins = [
+        "nvshim",
+        "nvidia-container-runtime",
+        HOOK,
+        "nvidia-device-plugin",
+    ];
+    let paths: Vec<String> = bins.iter().map(|b| format!("/usr/bin/{b}")).collect();
+    let mut files: Vec<(&str, &str)> = paths.iter().map(|p| (p.as_str(), script)).collect();
+    files.extend([(CONFIG, "# old nvshim\n"), (HOOKS_D, "{}")]);
+    let nvidia =
+        "nvidia-container-runtime, nvidia-container-toolkit, nvidia-container-toolkit-base";
+    let fields =
+        format!("Conflicts: {nvidia}\nReplaces: {nvidia}\nProvides: nvidia-container-runtime\n");
+    let old = fake_deb(old_dir.path(), NVSHIM, "0.1.0", &files, &fields);
+    fs::copy(&old, ch.path("/srv/old-nvshim.deb")).unwrap();
+    ch.apt(&["install", "/srv/old-nvshim.deb"]);
+    assert_eq!(ch.status(NVSHIM), "ii0.1.0");
+    edit_config(&ch, "edited on the old nvshim");
+    ch.apt(&["-o", "Dpkg::Options::=--force-confold", "install", NVSHIM]);
+    for package in [NVSHIM, BASE, TOOLKIT, TOOLS] {
+        assert_eq!(ch.status(package), current, "{package}");
+    }
+    for path in &paths {
+        let bytes = fs::read(ch.path(path)).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("old nvshim"),
+            "{path} is the old one"
+        );
+    }
+    assert!(
+        config_has(&ch, "edited on the old nvshim"),
+        "upgrade lost the edit"
+    );
 }

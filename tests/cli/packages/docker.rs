@@ -15,7 +15,9 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use super::chroot::{Chroot, signed_repo};
-use super::{BASE, DOCKER_SET, DOCKER2, TOOLKIT, TOOLS, VERSION, deb_version, have, ok, run};
+use super::{
+    BASE, DOCKER_SET, DOCKER2, TOOLKIT, TOOLS, VERSION, deb_version, fake_deb, have, ok, run,
+};
 use crate::common::{Node, node};
 use nvshim_testkit::{Dockerd, NodeSpec, path_with_prefix, tar_rootfs};
 
@@ -25,87 +27,33 @@ const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 const NVIDIA_DAEMON_JSON: &str =
     r#"{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}}"#;
 
-/// A fake NVIDIA package `name` at `version` in `dir`: `files` as (path, content), the
-/// ones under /etc as conffiles, and the control fields in `fields`.
-fn fake_nvidia(dir: &Path, name: &str, version: &str, files: &[(&str, &str)], fields: &str) {
-    let root = dir.join(name);
-    fs::create_dir_all(root.join("DEBIAN")).unwrap();
-    let mut conffiles = String::new();
-    for (path, content) in files {
-        let at = root.join(&path[1..]);
-        fs::create_dir_all(at.parent().unwrap()).unwrap();
-        fs::write(&at, content).unwrap();
-        if path.starts_with("/etc/") {
-            conffiles.push_str(&format!("{path}\n"));
-        }
-    }
-    let control = format!(
-        "Package: {name}\nVersion: {version}\nArchitecture: all\n\
-         Maintainer: fake <fake@example.org>\n{fields}Description: fake NVIDIA {name}\n"
-    );
-    fs::write(root.join("DEBIAN/control"), control).unwrap();
-    if !conffiles.is_empty() {
-        fs::write(root.join("DEBIAN/conffiles"), conffiles).unwrap();
-    }
-    let deb = dir.join(format!("{name}_{version}_all.deb"));
-    let mut build = Command::new("dpkg-deb");
-    ok(build
-        .args(["--build", "--root-owner-group"])
-        .arg(&root)
-        .arg(deb));
-}
-
 /// NVIDIA's 1.13.0 set (nvidia-docker2 2.13.0), with the files where NVIDIA put them.
 fn fake_nvidia_set(dir: &Path) -> Vec<PathBuf> {
     let script = "#!/bin/sh\necho fake NVIDIA\n";
     let v = "1.13.0-1";
-    fake_nvidia(
-        dir,
-        BASE,
-        v,
-        &[
-            ("/usr/bin/nvidia-ctk", script),
-            ("/usr/bin/nvidia-container-runtime", script),
-            ("/etc/nvidia-container-runtime/config.toml", "# NVIDIA's\n"),
-        ],
-        "",
-    );
-    fake_nvidia(
-        dir,
-        TOOLS,
-        v,
-        &[("/usr/bin/nvidia-container-cli", script)],
-        "",
-    );
+    let base = [
+        ("/usr/bin/nvidia-ctk", script),
+        ("/usr/bin/nvidia-container-runtime", script),
+        ("/etc/nvidia-container-runtime/config.toml", "# NVIDIA's\n"),
+    ];
+    let tools = [("/usr/bin/nvidia-container-cli", script)];
     let depends = format!("Depends: {BASE} (= {v}), {TOOLS} (>= {v}), {TOOLS} (<< 2.0.0)\n");
     let hooks_d = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
-    fake_nvidia(
-        dir,
-        TOOLKIT,
-        v,
-        &[
-            ("/usr/bin/nvidia-container-runtime-hook", script),
-            (hooks_d, "{}"),
-        ],
-        &depends,
-    );
-    fake_nvidia(
-        dir,
-        DOCKER2,
-        "2.13.0-1",
-        &[
-            ("/usr/bin/nvidia-docker", script),
-            (DAEMON_JSON, NVIDIA_DAEMON_JSON),
-        ],
-        &format!("Depends: {TOOLKIT} (>= 1.13.0-1)\n"),
-    );
-    let names = [BASE, TOOLS, TOOLKIT];
-    let mut debs: Vec<PathBuf> = names
-        .iter()
-        .map(|n| dir.join(format!("{n}_{v}_all.deb")))
-        .collect();
-    debs.push(dir.join(format!("{DOCKER2}_2.13.0-1_all.deb")));
-    debs
+    let toolkit = [
+        ("/usr/bin/nvidia-container-runtime-hook", script),
+        (hooks_d, "{}"),
+    ];
+    let docker2 = [
+        ("/usr/bin/nvidia-docker", script),
+        (DAEMON_JSON, NVIDIA_DAEMON_JSON),
+    ];
+    let docker2_depends = format!("Depends: {TOOLKIT} (>= 1.13.0-1)\n");
+    vec![
+        fake_deb(dir, BASE, v, &base, ""),
+        fake_deb(dir, TOOLS, v, &tools, ""),
+        fake_deb(dir, TOOLKIT, v, &toolkit, &depends),
+        fake_deb(dir, DOCKER2, "2.13.0-1", &docker2, &docker2_depends),
+    ]
 }
 
 fn daemon_json(ch: &Chroot) -> Value {

@@ -251,6 +251,43 @@ fn repo_sh(args: &[&str]) {
         .env("NVSHIM_GPG_HOME", gpg_home()));
 }
 
+/// A fake package `name` at `version` (Architecture all) in `dir`: `files` as (path,
+/// content), the ones under /etc as conffiles, and the control fields in `fields`.
+fn fake_deb(
+    dir: &Path,
+    name: &str,
+    version: &str,
+    files: &[(&str, &str)],
+    fields: &str,
+) -> PathBuf {
+    let root = dir.join(name);
+    fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    let mut conffiles = String::new();
+    for (path, content) in files {
+        let at = root.join(&path[1..]);
+        fs::create_dir_all(at.parent().unwrap()).unwrap();
+        fs::write(&at, content).unwrap();
+        if path.starts_with("/etc/") {
+            conffiles.push_str(&format!("{path}\n"));
+        }
+    }
+    let control = format!(
+        "Package: {name}\nVersion: {version}\nArchitecture: all\n\
+         Maintainer: fake <fake@example.org>\n{fields}Description: fake {name}\n"
+    );
+    fs::write(root.join("DEBIAN/control"), control).unwrap();
+    if !conffiles.is_empty() {
+        fs::write(root.join("DEBIAN/conffiles"), conffiles).unwrap();
+    }
+    let deb = dir.join(format!("{name}_{version}_all.deb"));
+    let mut build = Command::new("dpkg-deb");
+    ok(build
+        .args(["--build", "--root-owner-group"])
+        .arg(&root)
+        .arg(&deb));
+    deb
+}
+
 /// The package names in a relationship field (`a (>= 1), b | c` → a, b, c).
 fn relation_names(field: &str) -> BTreeSet<String> {
     let relations = field.split([',', '|', '\n']);
