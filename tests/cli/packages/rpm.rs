@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{
@@ -25,6 +25,33 @@ fn copy_libraries(binary: &Path, root: &Path) {
         fs::create_dir_all(dest.parent().unwrap()).unwrap();
         fs::copy(path, &dest).unwrap_or_else(|e| panic!("copy {path}: {e}"));
     }
+}
+
+/// NVIDIA's nvidia-docker2 2.13.0 as far as daemon.json goes: the file as
+/// `%config(noreplace)`, with the runtime entry NVIDIA shipped.
+fn fake_nvidia_docker2(dir: &Path) -> PathBuf {
+    let top = dir.join("fake-rpm");
+    let files = top.join("files");
+    fs::create_dir_all(files.join("etc/docker")).unwrap();
+    fs::create_dir_all(files.join("usr/bin")).unwrap();
+    let shipped =
+        r#"{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}}"#;
+    fs::write(files.join("etc/docker/daemon.json"), shipped).unwrap();
+    fs::write(files.join("usr/bin/nvidia-docker"), "#!/bin/sh\n").unwrap();
+    let spec = format!(
+        "Name: nvidia-docker2\nVersion: 2.13.0\nRelease: 1\nSummary: fake\nLicense: none\n\
+         BuildArch: noarch\n%description\nfake\n%install\ncp -a {}/. %{{buildroot}}/\n\
+         %files\n%config(noreplace) /etc/docker/daemon.json\n\
+         %attr(0755,root,root) /usr/bin/nvidia-docker\n",
+        files.display()
+    );
+    fs::write(top.join("fake.spec"), spec).unwrap();
+    let mut build = Command::new("rpmbuild");
+    build.args(["-bb", "--quiet", "--define"]);
+    build.arg(format!("_topdir {}", top.display()));
+    build.args(["--define", "__os_install_post %{nil}"]);
+    ok(build.arg(top.join("fake.spec")));
+    top.join("RPMS/noarch/nvidia-docker2-2.13.0-1.noarch.rpm")
 }
 
 #[test]
@@ -56,11 +83,11 @@ fn rpm_set_verifies_installs_into_a_root_and_configures_docker() {
     fs::write(&tampered, text.replacen("<revision>", "<revision>1", 1)).unwrap();
     fails(&mut gpgv(&tampered));
 
-    // Just enough of a system for the scriptlets: busybox as sh, cat, grep and echo.
+    // Just enough of a system for the scriptlets: busybox as sh and the tools they use.
     fs::create_dir_all(root.join("bin")).unwrap();
     let busybox = ok(Command::new("sh").args(["-c", "command -v busybox"]));
     fs::copy(busybox.trim(), root.join("bin/busybox")).unwrap();
-    for applet in ["sh", "cat", "grep", "echo"] {
+    for applet in ["sh", "cat", "grep", "echo", "cp", "rm", "mkdir", "cmp"] {
         symlink("busybox", root.join("bin").join(applet)).unwrap();
     }
     let rpm_in_root = |args: &[&str]| {
@@ -94,11 +121,14 @@ fn rpm_set_verifies_installs_into_a_root_and_configures_docker() {
     // the packaged nvidia-ctk is the release `nvshim`, stripped.
     copy_libraries(&Path::new(REPO).join("target/static/release/nvshim"), &root);
 
-    let docker = root.join("etc/docker");
-    fs::create_dir_all(&docker).unwrap();
-    let daemon_json = docker.join("daemon.json");
-    fs::write(&daemon_json, r#"{"log-level": "warn"}"#).unwrap();
-    let mut install = vec!["-i"];
+    // NVIDIA's nvidia-docker2 first (a fake), its %config(noreplace) daemon.json edited by
+    // the admin; then ours over it, in one transaction.
+    let nvidia = fake_nvidia_docker2(dir.path());
+    rpm_in_root(&["-i", "--nodeps", nvidia.to_str().unwrap()]);
+    let daemon_json = root.join("etc/docker/daemon.json");
+    let edited = r#"{"log-level": "warn", "runtimes": {"nvidia": {"path": "/opt/nvidia/nvidia-container-runtime", "runtimeArgs": ["--debug"]}}}"#;
+    fs::write(&daemon_json, edited).unwrap();
+    let mut install = vec!["-U"];
     install.extend(rpms.iter().map(|r| r.to_str().unwrap()));
     // rpm's library requirements name files the root's empty database does not know.
     install.push("--nodeps");
@@ -121,10 +151,19 @@ fn rpm_set_verifies_installs_into_a_root_and_configures_docker() {
     let json = || -> serde_json::Value {
         serde_json::from_str(&fs::read_to_string(&daemon_json).unwrap()).unwrap()
     };
+    // rpm deleted NVIDIA's edited daemon.json with the old package (saving it as
+    // .rpmsave); %posttrans put it back and pointed the entry at our runtime.
     let configured = json();
     assert_eq!(configured["log-level"], "warn", "{configured}");
-    let runtime = &configured["runtimes"]["nvidia"]["path"];
-    assert_eq!(runtime, "nvidia-container-runtime", "{configured}");
+    let nvidia = &configured["runtimes"]["nvidia"];
+    assert_eq!(nvidia["path"], "nvidia-container-runtime", "{configured}");
+    assert_eq!(
+        nvidia["runtimeArgs"],
+        serde_json::json!(["--debug"]),
+        "{configured}"
+    );
+    let rpmsave = root.join("etc/docker/daemon.json.rpmsave");
+    assert!(!rpmsave.exists(), "left {}", rpmsave.display());
 
     // Erasing nvidia-docker2 takes the runtime out again; erasing the base names the
     // engine config that still uses it (none now) and keeps an edited config.
