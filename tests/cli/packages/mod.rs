@@ -4,9 +4,10 @@
 //!
 //! - `files`: both formats ship the same files, links, modes and relationships; the .debs
 //!   are reproducible and lintian-clean.
-//! - `rpm`: the rpm set installs with `rpm --root`, its signatures verify with the exported
-//!   key (and fail without it), `repomd.xml.asc` verifies with gpgv, and erasing
-//!   `nvidia-docker2` takes its runtime out of daemon.json again.
+//! - `rpm`: the rpm set's signatures verify with the exported key (and fail without it),
+//!   `repomd.xml.asc` verifies with gpgv; the set installs with `rpm --root` over NVIDIA's
+//!   nvidia-docker2 (a fake owning daemon.json), keeps that daemon.json and points its
+//!   runtime at ours; erasing `nvidia-docker2` takes the runtime out again.
 //! - `apt`: apt in a debootstrapped Debian chroot, from our signed `file:` repository with
 //!   `signed-by=` and no `[trusted=yes]`: a wrong key or a tampered `InRelease` is
 //!   refused; remove keeps the admin's edited config, purge deletes it, an upgrade keeps it.
