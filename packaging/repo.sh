@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Signing key and signed repositories for nvshim's packages (build.sh runs it; the
 # tests run it to re-sign a repository they add packages to):
-#   repo.sh keygen HOME      a new signing key (ed25519, no passphrase) in the gnupg home
+#   repo.sh keygen HOME      a new signing key (RSA 3072, no passphrase) in the gnupg home
 #                            HOME, unless HOME already holds a secret key
 #   repo.sh apt DIR          DIR/*.deb -> flat apt repository, signed:
 #                            Packages(.gz), Release, Release.gpg, InRelease,
@@ -82,7 +82,7 @@ keygen() {
   found=$(gpg --homedir "$home" --batch --list-secret-keys 2>/dev/null | grep -c '^sec' || true)
   if [ "$found" = 0 ]; then
     gpg --homedir "$home" --batch --pinentry-mode loopback --passphrase '' \
-      --quick-generate-key 'nvshim packages (test build) <nvshim@example.org>' ed25519 sign never \
+      --quick-generate-key 'nvshim packages (test build) <nvshim@example.org>' rsa3072 sign never \
       2>/dev/null || die "gpg could not generate a key in $home"
     echo "generated a signing key in $home (no passphrase: for test builds only)"
   fi
