@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds nvshim's packages from the release binaries (`make package` runs this):
-#   <out>/nvshim_<version>_<arch>.deb           dpkg-deb, reproducible
-#   <out>/nvshim-<version>-1.<rpm arch>.rpm     rpmbuild -bb packaging/rpm/nvshim.spec
-#   <out>/apt/   flat apt repository:  deb [trusted=yes] file:<out>/apt ./
-#   <out>/yum/   yum/dnf repository (repodata/ by createrepo_c, skipped if not installed)
-# Both packages are made from one staged tree, so they ship the same files.
+# Builds nvshim's packages, under NVIDIA's package names, from the release binaries
+# (`make package` runs this). Into <out>:
+#   <package>_<version>_<arch>.deb        dpkg-deb, reproducible (nvidia-docker2: _all)
+#   <package>-<version>-1.<arch>.rpm      rpmbuild -bb packaging/rpm/nvshim.spec, signed
+#   apt/   flat apt repository, signed:   deb [signed-by=<out>/apt/nvshim.gpg] file:<out>/apt ./
+#   yum/   yum/dnf repository: signed rpms, repodata/repomd.xml.asc
+# for the packages nvidia-container-toolkit-base, nvidia-container-toolkit,
+# libnvidia-container-tools, nvidia-docker2 and nvshim (packaging/README.md has the
+# table). Both formats are made from the same staged trees, so they ship the same files.
+#
+# The version carries epoch 1 (deb 1:<version>, rpm Epoch: 1), so that ours is newer
+# than NVIDIA's packages of the same names (1.x) and apt/dnf upgrade from them.
 #
 # Environment:
 #   NVSHIM_VERSION      package version (default: nvshim's version in Cargo.toml)
@@ -14,6 +20,15 @@
 #                       binaries are built with `make static-runtime`; present ones
 #                       are used as they are)
 #   NVSHIM_FORMATS      "deb rpm" (default), "deb" or "rpm"
+#   NVSHIM_DEBS         the .debs to build and put in apt/ (default: all five; the
+#                       spec always makes every rpm)
+#   NVSHIM_GPG_HOME     gnupg home with the signing key (default: <out>.gnupg, where a
+#                       key without passphrase is generated if none is there: for test
+#                       builds; it sits beside <out> so publishing <out> leaks nothing)
+#   NVSHIM_GPG_KEY      the key to sign with (default: the home's first secret key)
+#   NVSHIM_ALLOW_MISSING_UNITS=1  build without deployments/udev/71-nvidia-dev-char.rules
+#                       and deployments/systemd/nvidia-dev-char-symlinks.service
+#                       (default: both are required)
 #   SOURCE_DATE_EPOCH   every timestamp in the packages (default: the last git
 #                       commit's time, else 2024-01-01)
 set -euo pipefail
@@ -26,6 +41,12 @@ bin_dir=${NVSHIM_BIN_DIR:-$root/target/static/release}
 out=${NVSHIM_PACKAGE_DIR:-$root/target/packages}
 formats=${NVSHIM_FORMATS:-deb rpm}
 bins=(nvidia-container-runtime nvidia-container-runtime-hook nvidia-device-plugin nvshim)
+packages=(nvidia-container-toolkit-base nvidia-container-toolkit libnvidia-container-tools
+  nvidia-docker2 nvshim)
+epoch=1
+debs=(${NVSHIM_DEBS:-${packages[*]}})
+udev_rule=deployments/udev/71-nvidia-dev-char.rules
+systemd_unit=deployments/systemd/nvidia-dev-char-symlinks.service
 
 die() {
   echo "packaging/build.sh: $*" >&2
@@ -60,6 +81,7 @@ version=${NVSHIM_VERSION:-$(cargo_version)}
 # A cargo pre-release (1.0.0-rc.1) sorts before its release in both formats as
 # 1.0.0~rc.1; rpm also forbids '-' in a Version.
 version=${version//-/\~}
+deb_version=$epoch:$version
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git -C "$root" log -1 --format=%ct 2>/dev/null || true)
   SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1704067200}
@@ -84,110 +106,204 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ -z "${NVSHIM_BIN_DIR:-}" ] || die "missing in $bin_dir: ${missing[*]}"
   make -C "$root" static-runtime
 fi
+for p in "${debs[@]}"; do
+  case " ${packages[*]} " in
+    *" $p "*) ;;
+    *) die "NVSHIM_DEBS: $p is not one of ${packages[*]}" ;;
+  esac
+done
+units=()
+for f in "$udev_rule" "$systemd_unit"; do
+  if [ -f "$root/$f" ]; then
+    units+=("$f")
+  elif [ "${NVSHIM_ALLOW_MISSING_UNITS:-0}" = 1 ]; then
+    echo "packaging/build.sh: warning: $f is missing; nvidia-container-toolkit-base is built without it (NVSHIM_ALLOW_MISSING_UNITS=1)" >&2
+  else
+    die "$f is missing (set NVSHIM_ALLOW_MISSING_UNITS=1 to build without it)"
+  fi
+done
 need strip binutils
 need readelf binutils
+need gpg gnupg
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# debian/<package>/ is the layout dpkg-shlibdeps expects.
-stage=$work/debian/nvshim
-doc=$stage/usr/share/doc/nvshim
-install -d -m 0755 "$stage" "$stage/usr/bin" "$stage/etc/nvidia-container-runtime" \
-  "$stage/usr/share/containers/oci/hooks.d" "$doc" "$stage/usr/share/lintian/overrides"
-for b in "${bins[@]}"; do
-  install -m 0755 "$bin_dir/$b" "$stage/usr/bin/$b"
-  # As dh_strip does.
-  strip --strip-unneeded --remove-section=.comment --remove-section=.note "$stage/usr/bin/$b"
-done
-install -m 0644 "$pkg/config.toml" "$stage/etc/nvidia-container-runtime/config.toml"
-install -m 0644 "$root/hooks.d/oci-nvidia-hook.json" "$stage/usr/share/containers/oci/hooks.d/"
-install -m 0644 "$pkg/deb/copyright" "$doc/copyright"
-install -m 0644 "$root/README.md" "$doc/README.md"
-# Debian-only (the rpm spec deletes them): the changelog, named as policy wants it
-# for a native package (no Debian revision), and the lintian overrides.
 changelog_date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
-sed -e "s/@VERSION@/$version/g" -e "s/@DATE@/$changelog_date/" "$pkg/deb/changelog" |
-  gzip -9 -n >"$doc/changelog.gz"
-chmod 0644 "$doc/changelog.gz"
-install -m 0644 "$pkg/deb/lintian-overrides" "$stage/usr/share/lintian/overrides/nvshim"
 
+# debian/<package>/ is the layout dpkg-shlibdeps expects.
+stage_dir() {
+  echo "$work/debian/$1"
+}
+
+# A new staged package with its doc dir: copyright and (Debian-only, the rpm spec
+# leaves it out) the changelog, named as policy wants it for a native package.
+new_stage() {
+  local s doc
+  s=$(stage_dir "$1")
+  doc=$s/usr/share/doc/$1
+  install -d -m 0755 "$s/usr/bin" "$doc"
+  install -m 0644 "$pkg/deb/copyright" "$doc/copyright"
+  sed -e "s/@VERSION@/$deb_version/g" -e "s/@DATE@/$changelog_date/" "$pkg/deb/changelog" |
+    gzip -9 -n >"$doc/changelog.gz"
+  chmod 0644 "$doc/changelog.gz"
+  if [ -f "$pkg/deb/$1/lintian-overrides" ]; then
+    install -D -m 0644 "$pkg/deb/$1/lintian-overrides" "$s/usr/share/lintian/overrides/$1"
+  fi
+}
+
+# install_bin PACKAGE BINARY [NAME]: stripped, as dh_strip does.
+install_bin() {
+  local dest
+  dest=$(stage_dir "$1")/usr/bin/${3:-$2}
+  install -m 0755 "$bin_dir/$2" "$dest"
+  strip --strip-unneeded --remove-section=.comment --remove-section=.note "$dest"
+}
+
+# link PACKAGE NAME TARGET: /usr/bin/NAME -> TARGET (relative, in /usr/bin).
+link() {
+  ln -s "$3" "$(stage_dir "$1")/usr/bin/$2"
+}
+
+b=nvidia-container-toolkit-base
+new_stage $b
+install_bin $b nvidia-container-runtime
+install_bin $b nvshim nvidia-ctk
+link $b nvidia-cdi-hook nvidia-ctk
+link $b nvshim nvidia-ctk
+install -D -m 0644 "$pkg/config.toml" "$(stage_dir $b)/etc/nvidia-container-runtime/config.toml"
+for f in "${units[@]}"; do
+  case "$f" in
+    */udev/*) dest=usr/lib/udev/rules.d ;;
+    *) dest=usr/lib/systemd/system ;;
+  esac
+  install -D -m 0644 "$root/$f" "$(stage_dir $b)/$dest/$(basename "$f")"
+done
+
+t=nvidia-container-toolkit
+new_stage $t
+install_bin $t nvidia-container-runtime-hook
+link $t nvidia-container-toolkit nvidia-container-runtime-hook
+install -D -m 0644 "$root/hooks.d/oci-nvidia-hook.json" \
+  "$(stage_dir $t)/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+
+new_stage libnvidia-container-tools
+link libnvidia-container-tools nvidia-container-cli nvidia-ctk
+
+new_stage nvidia-docker2
+link nvidia-docker2 nvidia-docker nvidia-ctk
+
+new_stage nvshim
+install_bin nvshim nvidia-device-plugin
+install -m 0644 "$root/README.md" "$(stage_dir nvshim)/usr/share/doc/nvshim/README.md"
+
+# The signing key: NVSHIM_GPG_HOME, or one generated (once) beside <out>.
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+if [ -z "${NVSHIM_GPG_HOME:-}" ]; then
+  export NVSHIM_GPG_HOME=$out.gnupg
+  bash "$pkg/repo.sh" keygen "$NVSHIM_GPG_HOME"
+fi
+
+# build_deb PACKAGE: control from packaging/deb/PACKAGE/control, maintainer scripts
+# and conffiles from the same directory.
+build_deb() {
+  local p=$1 s dir size ctl_arch shlibs dynamic f
+  s=$(stage_dir "$p")
+  dir=$pkg/deb/$p
+  # Installed-Size as dpkg-gencontrol computes it: KiB per file, rounded up, and 1
+  # per directory or link.
+  size=$(find "$s" -mindepth 1 -printf '%y %s\n' |
+    awk '{ n += ($1 == "f") ? int(($2 + 1023) / 1024) : 1 } END { print n }')
+  install -d -m 0755 "$s/DEBIAN"
+  # ${shlibs:Depends}, from the dynamically linked binaries (dpkg-shlibdeps finds
+  # the package root by its DEBIAN/).
+  shlibs=""
+  dynamic=()
+  for f in "$s"/usr/bin/*; do
+    if [ -f "$f" ] && [ ! -L "$f" ] && readelf -d "$f" | grep -q NEEDED; then
+      dynamic+=("debian/$p/usr/bin/$(basename "$f")")
+    fi
+  done
+  if [ "${#dynamic[@]}" -gt 0 ]; then
+    printf 'Source: nvshim\n\nPackage: %s\nArchitecture: any\n' "$p" >"$work/debian/control"
+    shlibs=$(cd "$work" && dpkg-shlibdeps -O "${dynamic[@]}" | sed -n 's/^shlibs:Depends=//p')
+    rm -f "$work/debian/control"
+    [ -n "$shlibs" ] || die "$p: dpkg-shlibdeps found no dependencies"
+  fi
+  if grep -q '@SHLIBS@' "$dir/control"; then
+    [ -n "$shlibs" ] || die "$p: its control wants @SHLIBS@ but it has no dynamic binary"
+  fi
+  sed -e "s/@VERSION@/$deb_version/g" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$size/" \
+    -e "s/@SHLIBS@/$shlibs/" "$dir/control" >"$s/DEBIAN/control"
+  chmod 0644 "$s/DEBIAN/control"
+  if [ -f "$dir/conffiles" ]; then
+    install -m 0644 "$dir/conffiles" "$s/DEBIAN/conffiles"
+  fi
+  # md5sums for debsums, without the conffiles (dpkg tracks their hashes), as dh_md5sums.
+  (cd "$s" && find . -path ./DEBIAN -prune -o -path ./etc -prune -o -type f -printf '%P\0' |
+    sort -z | xargs -0 md5sum) >"$s/DEBIAN/md5sums"
+  chmod 0644 "$s/DEBIAN/md5sums"
+  for f in preinst postinst prerm postrm; do
+    if [ -f "$dir/$f" ]; then
+      install -m 0755 "$dir/$f" "$s/DEBIAN/$f"
+    fi
+  done
+  find "$s" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+  ctl_arch=$(sed -n 's/^Architecture: //p' "$s/DEBIAN/control")
+  local deb=$out/${p}_${version}_${ctl_arch}.deb
+  dpkg-deb --build --root-owner-group -Zxz "$s" "$deb" >/dev/null
+  rm -rf "$s/DEBIAN"
+  echo "built $deb"
+}
+
 if wants deb; then
   need dpkg-deb dpkg
   need dpkg-shlibdeps dpkg-dev
-  # Installed-Size as dpkg-gencontrol computes it: KiB per file, rounded up, and 1 per
-  # directory or link.
-  size=$(find "$stage" -mindepth 1 -printf '%y %s\n' |
-    awk '{ n += ($1 == "f") ? int(($2 + 1023) / 1024) : 1 } END { print n }')
-
-  install -d -m 0755 "$stage/DEBIAN"
-  # Depends as ${shlibs:Depends} would be, from the dynamically linked binaries
-  # (dpkg-shlibdeps finds the package root by its DEBIAN/).
-  printf 'Source: nvshim\n\nPackage: nvshim\nArchitecture: any\n' >"$work/debian/control"
-  dynamic=()
-  for b in "${bins[@]}"; do
-    if readelf -d "$stage/usr/bin/$b" | grep -q NEEDED; then
-      dynamic+=("debian/nvshim/usr/bin/$b")
-    fi
-  done
-  depends=$(cd "$work" && dpkg-shlibdeps -O "${dynamic[@]}" | sed -n 's/^shlibs:Depends=//p')
-  rm -f "$work/debian/control"
-  [ -n "$depends" ] || die "dpkg-shlibdeps found no dependencies"
-  sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$size/" \
-    -e "s/@DEPENDS@/$depends/" "$pkg/deb/control" >"$stage/DEBIAN/control"
-  chmod 0644 "$stage/DEBIAN/control"
-  install -m 0644 "$pkg/deb/conffiles" "$stage/DEBIAN/conffiles"
-  # md5sums for debsums, without the conffile (dpkg tracks its own hash), as dh_md5sums.
-  (cd "$stage" && find . -path ./DEBIAN -prune -o -path ./etc -prune -o -type f -printf '%P\0' |
-    sort -z | xargs -0 md5sum) >"$stage/DEBIAN/md5sums"
-  chmod 0644 "$stage/DEBIAN/md5sums"
-  for s in postinst prerm postrm; do
-    install -m 0755 "$pkg/deb/$s" "$stage/DEBIAN/$s"
-  done
-  find "$stage" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
-  deb=$out/nvshim_${version}_${arch}.deb
-  dpkg-deb --build --root-owner-group -Zxz "$stage" "$deb" >/dev/null
-  rm -rf "$stage/DEBIAN"
-  echo "built $deb"
-
-  need apt-ftparchive apt-utils
   rm -rf "$out/apt"
   mkdir -p "$out/apt"
-  cp "$deb" "$out/apt/"
-  (
-    cd "$out/apt"
-    apt-ftparchive packages . >Packages
-    gzip -9 -n <Packages >Packages.gz
-    apt-ftparchive release . >"$work/Release"
-    mv "$work/Release" Release
-  )
-  echo "apt repository: deb [trusted=yes] file:$out/apt ./"
+  for p in "${debs[@]}"; do
+    build_deb "$p"
+    cp "$out/${p}_${version}_"*.deb "$out/apt/"
+  done
+  bash "$pkg/repo.sh" apt "$out/apt"
+  echo "apt repository: deb [signed-by=$out/apt/nvshim.gpg] file:$out/apt ./"
 fi
 
 if wants rpm; then
   need rpmbuild rpm
-  find "$stage" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+  need createrepo_c createrepo-c
+  # One tree for the spec: every package's files (it picks them apart in %files).
+  rpmroot=$work/rpmroot
+  mkdir -p "$rpmroot"
+  for p in "${packages[@]}"; do
+    cp -a "$(stage_dir "$p")/." "$rpmroot/"
+  done
+  # The spec lists the units only where they were staged.
+  have_units=0
+  [ "${#units[@]}" -eq 2 ] && have_units=1
+  find "$rpmroot" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
   top=$work/rpmbuild
   rpmbuild -bb --quiet --target "$rpm_arch" \
     --define "_topdir $top" \
     --define "nvshim_version $version" \
-    --define "nvshim_stage $stage" \
+    --define "nvshim_epoch $epoch" \
+    --define "nvshim_stage $rpmroot" \
+    --define "nvshim_units $have_units" \
     --define "_buildhost reproducible" \
     --define "use_source_date_epoch_as_buildtime 1" \
     --define "clamp_mtime_to_source_date_epoch 1" \
     --define "_build_id_links none" \
     "$pkg/rpm/nvshim.spec"
-  rpm_file=$out/nvshim-${version}-1.${rpm_arch}.rpm
-  mv "$top/RPMS/$rpm_arch/nvshim-${version}-1.${rpm_arch}.rpm" "$rpm_file"
-  echo "built $rpm_file"
-
+  rpms=()
+  for f in "$top"/RPMS/*/*.rpm; do
+    mv "$f" "$out/"
+    rpms+=("$out/$(basename "$f")")
+    echo "built $out/$(basename "$f")"
+  done
+  bash "$pkg/repo.sh" rpmsign "${rpms[@]}"
   rm -rf "$out/yum"
-  if command -v createrepo_c >/dev/null 2>&1; then
-    mkdir -p "$out/yum"
-    cp "$rpm_file" "$out/yum/"
-    createrepo_c --quiet "$out/yum"
-    echo "yum repository: baseurl=file://$out/yum"
-  else
-    echo "note: createrepo_c not installed (Debian: apt-get install createrepo-c); no yum repository written" >&2
-  fi
+  mkdir -p "$out/yum"
+  cp "${rpms[@]}" "$out/yum/"
+  bash "$pkg/repo.sh" yum "$out/yum"
+  echo "yum repository: baseurl=file://$out/yum, gpgkey=file://$out/yum/gpgkey"
 fi
