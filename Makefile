@@ -50,7 +50,8 @@ dynamic-bins:
 	mkdir -p $(STATIC_DIR)
 	install -m 0755 target/dynamic/release-dynamic/nvshim target/dynamic/release-dynamic/nvidia-device-plugin $(STATIC_DIR)/
 
-# target/packages/: the .deb, the .rpm, and apt/ and yum/ repositories (packaging/README.md).
+# target/packages/: the .debs, the .rpms (NVIDIA's package names), and the signed apt/ and
+# yum/ repositories (packaging/README.md).
 package: static-runtime
 	NVSHIM_SKIP_CARGO=1 bash packaging/build.sh
 

@@ -290,7 +290,7 @@ fn binaries(dir: &Path) -> Vec<Check> {
             "binaries",
             format!("missing: {}", missing.join(", ")),
             format!(
-                "install the nvshim package (or copy the binaries to {})",
+                "install the nvidia-container-toolkit package (or copy the binaries to {})",
                 dir.display()
             ),
         )]
