@@ -47,12 +47,25 @@ struct Fields {
     arch: String,
 }
 
+/// libnvidia-container's word for an `nvmlBrandType_t`: six brands have one, every
+/// other (14, NVIDIA, which current datacenter GPUs report, among them) and an unknown
+/// brand (procfs, or a driver without `nvmlDeviceGetBrand`) print `Unknown`.
+fn brand_word(brand: Option<u32>) -> &'static str {
+    match brand {
+        Some(1) => "Quadro",
+        Some(2) => "Tesla",
+        Some(3) => "NVS",
+        Some(4) => "GRID",
+        Some(5) => "GeForce",
+        Some(6) => "TITAN",
+        _ => UNKNOWN,
+    }
+}
+
 fn fields(gpu: &Gpu) -> Fields {
     Fields {
         model: gpu.name.clone(),
-        // Our inventory does not ask NVML for the brand; NVIDIA prints this word for
-        // brands it has no name for.
-        brand: UNKNOWN,
+        brand: brand_word(gpu.brand),
         uuid: gpu.uuid.clone(),
         bus: bus_location(&gpu.bus_id),
         arch: gpu

@@ -43,6 +43,10 @@ pub struct Gpu {
     pub memory_bytes: Option<u64>,
     /// CUDA compute capability `major.minor`, e.g. `8.0` (NVML only).
     pub compute_capability: Option<String>,
+    /// NVML's `nvmlBrandType_t` (2 Tesla, 14 NVIDIA, …; NVML only, and only where the
+    /// driver answers `nvmlDeviceGetBrand`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brand: Option<u32>,
     /// Whether MIG mode is on (NVML only; `None` when unknown or unsupported).
     pub mig_enabled: Option<bool>,
     /// The MIG devices carved out of this GPU, in NVML's enumeration order.

@@ -96,6 +96,9 @@ fn gpu(nvml: &Nvml, index: u32, device: &Device) -> Result<Gpu, InventoryError> 
         memory_bytes: unsupported_as_none(device.memory_info())?.map(|memory| memory.total),
         compute_capability: unsupported_as_none(device.cuda_compute_capability())?
             .map(|(major, minor)| format!("{major}.{minor}")),
+        // Only `nvidia-container-cli info` shows it: a driver without the call, or
+        // one that fails it, leaves it unknown rather than failing the inventory.
+        brand: device.brand().ok(),
         mig_enabled,
         mig_devices,
     })

@@ -108,6 +108,7 @@ pub fn parse_information(text: &str, path: &Path) -> Result<Gpu, InventoryError>
         name,
         memory_bytes: None,
         compute_capability: None,
+        brand: None,
         mig_enabled: None,
         mig_devices: Vec::new(),
     })

@@ -91,6 +91,12 @@ impl<'a> Device<'a> {
         self.out(&self.nvml.api.minor_number, 0)
     }
 
+    /// `nvmlDeviceGetBrand`: the `nvmlBrandType_t` value (1 Quadro, 2 Tesla, 3 NVS,
+    /// 4 GRID, 5 GeForce, 6 Titan, … 14 NVIDIA).
+    pub fn brand(&self) -> Result<u32, NvmlError> {
+        self.out(&self.nvml.api.brand, 0)
+    }
+
     /// `nvmlDeviceGetPciInfo_v3`.
     pub fn pci_info(&self) -> Result<PciInfo, NvmlError> {
         let raw = self.out(&self.nvml.api.pci_info, ffi::PciInfo::default())?;

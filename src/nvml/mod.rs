@@ -71,6 +71,7 @@ struct Api {
     uuid: Sym<ffi::DeviceStringFn>,
     name: Sym<ffi::DeviceStringFn>,
     minor_number: Sym<ffi::DeviceUintFn>,
+    brand: Sym<ffi::DeviceUintFn>,
     pci_info: Sym<ffi::PciInfoFn>,
     memory_info: Sym<ffi::MemoryFn>,
     compute_capability: Sym<ffi::DeviceTwoIntFn>,
@@ -147,6 +148,8 @@ impl Api {
                 uuid: resolve(lib, &["nvmlDeviceGetUUID"]),
                 name: resolve(lib, &["nvmlDeviceGetName"]),
                 minor_number: resolve(lib, &["nvmlDeviceGetMinorNumber"]),
+                // `nvmlBrandType_t` is a C enum: an `unsigned int`-sized value.
+                brand: resolve(lib, &["nvmlDeviceGetBrand"]),
                 pci_info: resolve(lib, &["nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"]),
                 memory_info: resolve(lib, &["nvmlDeviceGetMemoryInfo"]),
                 compute_capability: resolve(lib, &["nvmlDeviceGetCudaComputeCapability"]),

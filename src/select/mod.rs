@@ -314,6 +314,7 @@ mod tests {
                 name: "NVIDIA A100-SXM4-80GB".into(),
                 memory_bytes: None,
                 compute_capability: None,
+                brand: None,
                 mig_enabled: Some(i == 0),
                 mig_devices: if i == 0 {
                     vec![

@@ -24,7 +24,11 @@ struct Names {
 
 impl Names {
     fn new(gpus: usize) -> Names {
-        let node = node(&NodeSpec::standard(gpus));
+        Names::on(NodeSpec::standard(gpus))
+    }
+
+    fn on(spec: NodeSpec) -> Names {
+        let node = node(&spec);
         let dir = tempfile::tempdir().unwrap();
         for name in ["nvidia-container-cli", "nvidia-docker", "nvshim"] {
             std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), dir.path().join(name))
@@ -73,15 +77,24 @@ fn script(path: &Path, body: &str) {
 
 #[test]
 fn container_cli_info_has_nvidias_fields_and_layout() {
-    let n = Names::new(2);
+    // GPU 1 a Tesla: the mock answers nvmlDeviceGetBrand with 2 for it, 14 (NVIDIA,
+    // which libnvidia-container has no word for) for the A100.
+    let mut spec = NodeSpec::standard(2);
+    spec.gpus[1].name = "Tesla V100-SXM2-16GB".into();
+    let n = Names::on(spec);
     let text = n.ok("nvidia-container-cli", &["info"]);
     let mut want = String::from("NVRM version:   550.54.15\nCUDA version:   12.4\n");
     let mut gpus = n.node.sim.spec.gpus.clone();
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     for (index, gpu) in gpus.iter().enumerate() {
+        let brand = if gpu.name.starts_with("Tesla") {
+            "Tesla"
+        } else {
+            "Unknown"
+        };
         want.push_str(&format!(
             "\nDevice Index:   {index}\nDevice Minor:   {}\nModel:          {}\n\
-             Brand:          Unknown\nGPU UUID:       {}\nBus Location:   0000{}\n\
+             Brand:          {brand}\nGPU UUID:       {}\nBus Location:   0000{}\n\
              Architecture:   8.0\n",
             gpu.minor, gpu.name, gpu.uuid, gpu.bus_id
         ));

@@ -122,6 +122,7 @@ fn emitted_keys() -> Vec<String> {
             name: "NVIDIA A100-SXM4-80GB".into(),
             memory_bytes: Some(80 << 30),
             compute_capability: Some("8.0".into()),
+            brand: None,
             mig_enabled: Some(false),
             mig_devices: Vec::new(),
         }],

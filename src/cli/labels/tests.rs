@@ -24,6 +24,7 @@ fn gpu(index: u32, name: &str, memory_gib: u64, cc: &str) -> Gpu {
         name: name.to_string(),
         memory_bytes: Some(memory_gib * GIB),
         compute_capability: Some(cc.to_string()),
+        brand: None,
         mig_enabled: Some(false),
         mig_devices: Vec::new(),
     }

@@ -38,6 +38,10 @@ pub struct GpuConfig {
     #[serde(default)]
     pub memory_used_bytes: u64,
     pub compute_capability: (i32, i32),
+    /// `nvmlDeviceGetBrand`'s `nvmlBrandType_t`; default: from the name (see
+    /// [`GpuConfig::brand`]).
+    #[serde(default)]
+    pub brand: Option<u32>,
     pub mig_mode: bool,
     #[serde(default)]
     pub mig_devices: Vec<MigConfig>,
@@ -115,4 +119,25 @@ pub struct XidEventConfig {
     /// Delivered once this long has passed since the event set was created.
     #[serde(default)]
     pub delay_ms: u64,
+}
+
+impl GpuConfig {
+    /// The configured brand, else what current drivers report for the name: `Tesla …`
+    /// 2, `Quadro …` 1, `… GeForce …` 5, `… TITAN …` 6, anything else 14 (NVIDIA).
+    pub fn brand(&self) -> u32 {
+        self.brand.unwrap_or_else(|| {
+            let name = self.name.as_str();
+            if name.starts_with("Tesla ") {
+                2
+            } else if name.starts_with("Quadro ") {
+                1
+            } else if name.contains("GeForce") {
+                5
+            } else if name.contains("TITAN") {
+                6
+            } else {
+                14
+            }
+        })
+    }
 }

@@ -327,6 +327,13 @@ nvml_exports! {
         unsafe { put(minor, value) }
     }
 
+    fn nvmlDeviceGetBrand(device: RawDevice, brand: *mut c_uint) {
+        let value = with_device(device, |node, dev| Ok(node.gpu(dev).config.brand()))?;
+        // SAFETY: NVML's contract: `brand` is NULL or points to an nvmlBrandType_t (an
+        // unsigned-int-sized enum).
+        unsafe { put(brand, value) }
+    }
+
     fn nvmlDeviceGetPciInfo(device: RawDevice, pci: *mut c_void) {
         let info = pci_info(device)?;
         let v1 = PciInfoV1 {

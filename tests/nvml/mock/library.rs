@@ -220,6 +220,8 @@ fn expected_inventory() -> Inventory {
         name: name.to_string(),
         memory_bytes: Some(gib * GIB),
         compute_capability: Some(cc.to_string()),
+        // nvmlDeviceGetBrand: the mock's Tesla (2) for `Tesla T4`, NVIDIA (14) otherwise.
+        brand: Some(if name == T4 { 2 } else { 14 }),
         mig_enabled: None,
         mig_devices: vec![],
     };

@@ -29,6 +29,7 @@ fn events_mark_the_units_they_name() {
         name: "NVIDIA A100-SXM4-80GB".to_string(),
         memory_bytes: None,
         compute_capability: None,
+        brand: None,
         mig_enabled: Some(true),
         // Two compute instances share GPU instance 1.
         mig_devices: vec![mig(0, 1, 0), mig(1, 1, 1), mig(2, 2, 0)],

@@ -244,6 +244,7 @@ mod tests {
             name: "NVIDIA A100-SXM4-80GB".into(),
             memory_bytes: None,
             compute_capability: None,
+            brand: None,
             mig_enabled: Some(index == 2),
             mig_devices: if index == 2 {
                 vec![MigDevice {

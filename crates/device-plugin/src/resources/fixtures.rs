@@ -32,6 +32,7 @@ pub(crate) fn gpu(index: u32) -> Gpu {
         name: "NVIDIA H100 80GB HBM3".to_string(),
         memory_bytes: Some(80 << 30),
         compute_capability: None,
+        brand: None,
         mig_enabled: Some(false),
         mig_devices: Vec::new(),
     }

@@ -11,6 +11,7 @@ fn gpu(uuid: &str, bus_id: &str, minor: u32) -> GpuConfig {
         memory_total_bytes: 80 << 30,
         memory_used_bytes: 0,
         compute_capability: (8, 0),
+        brand: None,
         mig_mode: false,
         mig_devices: Vec::new(),
         nvlinks: Vec::new(),
