@@ -32,6 +32,8 @@
 //!
 //! # Keys of our own (NVIDIA's tools ignore them)
 //! - `[nvshim] proc-root` (default `/`): the directory holding `proc/driver/nvidia`.
+//! - `[nvshim] systemd-root` (default `/`): the directory holding `run/systemd`, where
+//!   the prestart hook writes its device grants as scope drop-ins (`hook::systemd_scope`).
 //! - `[nvshim] nvml-timeout` (default 10, in seconds; 0 waits forever): how long the
 //!   runtime's NVML path may take to list the GPUs before the `create` fails.
 //! - `[nvidia-container-cli] dev-root` (default: unset, meaning the driver root): where
@@ -189,6 +191,7 @@ impl Default for Config {
             },
             nvshim: NvshimConfig {
                 proc_root: PathBuf::from("/"),
+                systemd_root: PathBuf::from("/"),
                 nvml_timeout: 10,
             },
         }

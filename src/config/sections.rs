@@ -154,6 +154,9 @@ pub struct NvshimConfig {
     /// The directory holding `proc/driver/nvidia` (default `/`; a test node or a
     /// driver container with its own view of the host's proc sets it).
     pub proc_root: PathBuf,
+    /// The directory holding systemd's `run/systemd` (default `/`; a test node sets
+    /// it): where the prestart hook tells systemd its device grants.
+    pub systemd_root: PathBuf,
     /// How many seconds `nvshim runtime` (the runtime's NVML path) waits for the driver to
     /// list the GPUs before it fails the `create` (default 10; 0 waits forever). A hung
     /// driver hangs every NVML call, and a runtime stuck in one would hang the engine's

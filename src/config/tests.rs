@@ -168,6 +168,11 @@ fn defaults_that_differ_from_nvidia_by_design() {
             "/",
         ),
         (
+            "nvshim.systemd-root (ours)",
+            c.nvshim.systemd_root.display().to_string(),
+            "/",
+        ),
+        (
             "nvshim.nvml-timeout (ours, seconds)",
             c.nvshim.nvml_timeout.to_string(),
             "10",

@@ -8,7 +8,9 @@
 //! 1. host side (`host`): opens every source (driver files, device nodes) in the
 //!    host's mount namespace and clones each into a detached mount;
 //! 2. host side ([`cgroup`]): grants the device nodes in the container's device cgroup
-//!    (v1 `devices.allow`, v2 device programs), unless `no-cgroups` is set;
+//!    (v1 `devices.allow`, v2 device programs), unless `no-cgroups` is set, and when
+//!    that cgroup is a systemd scope, writes them as its `DeviceAllow=` drop-in so a
+//!    `daemon-reload` keeps them ([`systemd_scope`]);
 //! 3. `setns` into `/proc/<pid>/ns/mnt` ([`ns`]; the process is single-threaded);
 //! 4. container side ([`apply`]): mountpoints, bind mounts, device nodes, the
 //!    driver's soname symlinks and the linker cache, all through one rootfs fd opened
@@ -55,6 +57,7 @@ pub mod params;
 pub mod privileges;
 pub mod stages;
 mod syscalls;
+pub mod systemd_scope;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -215,7 +218,9 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
         tracing::debug!("no-cgroups: device cgroup left alone");
         None
     } else {
-        Some(cgroup::grant(pid, &devices)?)
+        let granted = cgroup::grant(pid, &devices)?;
+        persist_for_systemd(&granted, &devices, config);
+        Some(granted)
     };
     let user = ns::user_namespace(pid);
     phase("device cgroup", started);
@@ -259,6 +264,25 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
         applied,
         cgroup,
     })))
+}
+
+/// Tells systemd the nodes just granted when the container's cgroup is a systemd scope
+/// ([`systemd_scope`]). A failure is logged, not fatal: the container has its devices
+/// now, and only a later systemd reload would take them away, as without the drop-in.
+fn persist_for_systemd(granted: &Granted, devices: &[CharDevice], config: &Config) {
+    let dir = granted
+        .v1
+        .as_deref()
+        .or(granted.v2.as_ref().map(|(d, _)| d.as_path()));
+    let Some(scope) = dir.and_then(systemd_scope::scope_name) else {
+        return;
+    };
+    if devices.is_empty() {
+        return;
+    }
+    if let Err(e) = systemd_scope::persist(&config.nvshim.systemd_root, scope, devices) {
+        tracing::warn!("{e}: a systemd reload will drop the GPUs");
+    }
 }
 
 /// A debug event with the time since `started`, for profiling the hook from its log.

@@ -2,30 +2,40 @@
 //! `systemctl daemon-reload` rebuilding a running GPU container's device cgroup.
 //!
 //! With the systemd cgroup driver, runc hands each device rule of the container to
-//! systemd as a `DeviceAllow=` entry of the container's scope: `/dev/char/<maj>:<min>`
-//! for a single character device, `char-<name>` for a whole major. On a reload systemd
-//! re-applies the scope's device policy from those entries alone, and an entry whose
-//! `/dev/char` path does not exist is dropped (runc 1.1.3–1.1.6 skip it when writing
-//! the unit, systemd before v240 when applying it). The NVIDIA driver makes its nodes
-//! without udev, so nothing creates those links: the GPU rules vanish.
+//! systemd as a `DeviceAllow=` entry of the container's transient scope:
+//! `/dev/char/<maj>:<min>` for a single character device, `char-<name>` for a whole
+//! major. On a reload systemd re-applies the scope's device policy from those entries
+//! (the unit file in `/run/systemd/transient` and its drop-ins) alone, and an entry
+//! whose `/dev/char` path does not exist is dropped (runc 1.1.3–1.1.6 skip it when
+//! writing the unit, systemd before v240 when applying it). The NVIDIA driver makes its
+//! nodes without udev, so nothing creates those links: the GPU rules vanish.
 //!
-//! The emulation, cheap and with the kernel doing the checking: a container started by
-//! plain runc with our prestart hook on the simulated node; then the scope's entries,
-//! filtered by systemd's existence check against `<dev root>/dev/char`, are written to
-//! the container's cgroup the way systemd writes them (v1: `devices.deny a`, then one
-//! `devices.allow` per entry; v2: a device program allowing exactly them, attached
-//! beside runc's, as systemd's own program is); then `openprobe` run in the container
-//! (`runc exec`) opens the GPU node (`ENXIO` = past the cgroup, `EPERM` = refused).
+//! On the hook path (`docker run --gpus`: the hook makes the nodes and grants them in
+//! the cgroup itself; the spec has no GPU rule) nothing of the GPU would reach systemd
+//! at all; the hook therefore writes its grants as the scope's drop-in
+//! (`hook::systemd_scope`), `/dev/char/<maj>:<min>` entries like runc's.
 //!
-//! Two containers, both on the hook path (the hook makes the nodes; `linux.devices`
-//! has none):
-//! - `docker run --gpus` alone: no GPU rule reaches the unit, so a reload takes the GPU
-//!   away with or without links. The links cannot help there; the runtime path (devices
-//!   in the spec) or CDI can.
+//! This is an emulation: CI machines have no systemd as PID 1 (nor may a test touch
+//! one). The containers run under plain runc with our prestart hook on the simulated
+//! node, each in a cgroup named like docker's scope, with the scope's transient unit
+//! file written as systemd writes it for runc (in a private `run/systemd`, the hook's
+//! `[nvshim] systemd-root`). The "reload" reads the scope's `DeviceAllow=` entries the
+//! way systemd does (unit file, then drop-ins in name order; an empty value resets),
+//! keeps a `/dev/char` entry only where `<dev root>/dev/char/<maj>:<min>` exists, and
+//! writes the result to the container's cgroup the way systemd does (v1: `devices.deny
+//! a`, then one `devices.allow` per entry; v2: a device program allowing exactly them,
+//! attached beside runc's, as systemd's own program is); then `openprobe` run in the
+//! container (`runc exec`) opens the GPU node (`ENXIO` = past the cgroup, `EPERM` =
+//! refused).
+//!
+//! Two containers, both on the hook path:
+//! - `--gpus` alone: the GPU entries come from the hook's drop-in only;
 //! - `--gpus` plus the GPU rules in `linux.resources.devices` (docker
 //!   `--device-cgroup-rule`, what NVIDIA's issue 48 tells docker users to add, or the
-//!   device plugin's `--pass-device-specs`): without links the reload drops them; with
-//!   the links `create-dev-char-symlinks` makes, the container keeps its GPU.
+//!   device plugin's `--pass-device-specs`): runc's unit has them too.
+//!
+//! Without links the reload drops the GPU from both; with the links
+//! `create-dev-char-symlinks` makes, both keep it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -67,9 +77,37 @@ fn gpu_rules(minor: u32) -> [(u32, u32); 4] {
     ]
 }
 
+/// A rule as runc hands it to systemd: `DeviceAllow=<path> <access>`.
+fn entry((kind, major, minor, access): (char, Option<u32>, Option<u32>, &str)) -> String {
+    let class = if kind == 'c' { "char" } else { "block" };
+    match (major, minor) {
+        (Some(ma), Some(mi)) => format!("/dev/{class}/{ma}:{mi} {access}"),
+        (Some(ma), None) => format!("{class}-{ma} {access}"),
+        _ => format!("{class}-* {access}"),
+    }
+}
+
+/// The inverse of [`entry`], for entries from the unit and its drop-ins.
+fn parse_entry(path: &str, access: &str) -> (char, Option<u32>, Option<u32>, String) {
+    let num = |n: &str| (n != "*").then(|| n.parse::<u32>().unwrap());
+    let access = access.to_owned();
+    if let Some(rest) = path.strip_prefix("/dev/char/") {
+        let (ma, mi) = rest.split_once(':').unwrap();
+        return ('c', num(ma), num(mi), access);
+    }
+    let (kind, major) = match path.split_once('-').unwrap() {
+        ("char", major) => ('c', major),
+        ("block", major) => ('b', major),
+        other => panic!("unexpected DeviceAllow entry {other:?}"),
+    };
+    (kind, num(major), None, access)
+}
+
 struct Setup {
     node: Node,
     dir: tempfile::TempDir,
+    /// `<systemd-root>/run/systemd/transient`: the scopes' unit files and drop-ins.
+    transient: PathBuf,
     rootfs: PathBuf,
     config: PathBuf,
     /// GPU 1's minor: its node is `/dev/nvidia<minor>`.
@@ -86,14 +124,18 @@ fn setup() -> Setup {
         .build(&rootfs)
         .unwrap();
     let d = node.sim.dir.display();
+    let systemd_root = dir.path().join("systemd");
+    let transient = systemd_root.join("run/systemd/transient");
+    fs::create_dir_all(&transient).unwrap();
     let config = dir.path().join("config.toml");
     fs::write(
         &config,
         format!(
             "[nvidia-container-cli]\nroot = \"{d}/driver\"\ndev-root = \"{d}\"\n\
              debug = \"{}\"\n\n[nvidia-container-runtime]\nlog-level = \"debug\"\n\n\
-             [nvshim]\nproc-root = \"{d}\"\n",
-            dir.path().join("hook.log").display()
+             [nvshim]\nproc-root = \"{d}\"\nsystemd-root = \"{}\"\n",
+            dir.path().join("hook.log").display(),
+            systemd_root.display()
         ),
     )
     .unwrap();
@@ -101,6 +143,7 @@ fn setup() -> Setup {
     Setup {
         node,
         dir,
+        transient,
         rootfs,
         config,
         minor,
@@ -121,6 +164,8 @@ fn runc(s: &Setup) -> Command {
 struct Container<'a> {
     s: &'a Setup,
     id: String,
+    /// The cgroup's name, `docker-<id>.scope`, as with docker's systemd driver.
+    scope: String,
     pid: i32,
 }
 
@@ -152,17 +197,27 @@ impl Container<'_> {
             "env": [format!("PATH={PATH}"),
                     format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", s.config.display())],
         }]});
+        let mut rules = RUNC_DEFAULTS.to_vec();
         if gpu_rules_in_spec {
-            let rules = spec["linux"]["resources"]["devices"]
+            let spec_rules = spec["linux"]["resources"]["devices"]
                 .as_array_mut()
                 .unwrap();
             for (major, minor) in gpu_rules(s.minor) {
-                rules.push(json!({"allow": true, "type": "c", "major": major,
-                                  "minor": minor, "access": "rwm"}));
+                spec_rules.push(json!({"allow": true, "type": "c", "major": major,
+                                       "minor": minor, "access": "rwm"}));
+                rules.push(('c', Some(major), Some(minor), "rwm"));
             }
         }
-        fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
         let id = format!("nvshim-devchar-{}-{id}", std::process::id());
+        let scope = format!("docker-{id}.scope");
+        spec["linux"]["cgroupsPath"] = json!(format!("/{scope}"));
+        fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        // systemd's transient unit for runc's scope, made before the container starts.
+        let mut unit = String::from("[Scope]\nDelegate=yes\nDevicePolicy=strict\n");
+        for rule in rules {
+            unit += &format!("DeviceAllow={}\n", entry(rule));
+        }
+        fs::write(s.transient.join(&scope), unit).unwrap();
         // The container's process keeps runc's stdio: a file, not a pipe we would wait on.
         let log = s.dir.path().join(format!("{id}.log"));
         let created = runc(s)
@@ -173,7 +228,12 @@ impl Container<'_> {
             .stderr(fs::File::create(&log).unwrap())
             .status()
             .unwrap();
-        let mut container = Container { s, id, pid: 0 };
+        let mut container = Container {
+            s,
+            id,
+            scope,
+            pid: 0,
+        };
         assert!(
             created.success(),
             "runc create: {}",
@@ -209,20 +269,42 @@ impl Container<'_> {
             .to_owned()
     }
 
-    /// systemd's re-application of the scope's device policy on `daemon-reload`.
-    fn daemon_reload(&self, gpu_rules_in_spec: bool) {
-        let dev_char = self.s.node.sim.dir.join("dev/char");
-        let mut rules: Vec<(char, Option<u32>, Option<u32>, &str)> = RUNC_DEFAULTS.to_vec();
-        if gpu_rules_in_spec {
-            rules.extend(
-                gpu_rules(self.s.minor)
-                    .into_iter()
-                    .map(|(ma, mi)| ('c', Some(ma), Some(mi), "rwm")),
-            );
+    /// The scope's `DeviceAllow=` entries as systemd loads them: the unit file, then its
+    /// drop-ins in name order; an empty value resets the list.
+    fn device_allow(&self) -> Vec<(char, Option<u32>, Option<u32>, String)> {
+        let mut files = vec![self.s.transient.join(&self.scope)];
+        if let Ok(dir) = fs::read_dir(self.s.transient.join(format!("{}.d", self.scope))) {
+            let mut drop_ins: Vec<PathBuf> = dir
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+                .collect();
+            drop_ins.sort();
+            files.extend(drop_ins);
         }
+        let mut entries = Vec::new();
+        for file in files {
+            for line in fs::read_to_string(&file).unwrap().lines() {
+                let Some(value) = line.strip_prefix("DeviceAllow=") else {
+                    continue;
+                };
+                if value.is_empty() {
+                    entries.clear();
+                    continue;
+                }
+                let (path, access) = value.split_once(' ').unwrap();
+                entries.push(parse_entry(path, access));
+            }
+        }
+        entries
+    }
+
+    /// systemd's re-application of the scope's device policy on `daemon-reload`.
+    fn daemon_reload(&self) {
+        let dev_char = self.s.node.sim.dir.join("dev/char");
         // What survives: `char-<name>`/wildcard entries always; `/dev/char/M:m` ones only
         // where the path resolves.
-        let kept: Vec<_> = rules
+        let kept: Vec<_> = self
+            .device_allow()
             .into_iter()
             .filter(|(kind, major, minor, _)| match (kind, major, minor) {
                 ('c', Some(ma), Some(mi)) => dev_char.join(format!("{ma}:{mi}")).exists(),
@@ -298,6 +380,7 @@ fn dev_char_links_keep_gpu_access_across_a_systemd_style_reload() {
 
     let with_rules = Container::start(&s, "rules", true);
     let gpus_only = Container::start(&s, "gpus", false);
+    let gpu = format!("DeviceAllow=/dev/char/{NVIDIA_MAJOR}:{} rwm", s.minor);
     for c in [&with_rules, &gpus_only] {
         assert_eq!(
             c.open_gpu(),
@@ -306,15 +389,31 @@ fn dev_char_links_keep_gpu_access_across_a_systemd_style_reload() {
             c.id,
             fs::read_to_string(s.dir.path().join("hook.log")).unwrap_or_default()
         );
+        // The hook told systemd what it granted: the scope's drop-in.
+        let drop_in = s
+            .transient
+            .join(format!("{}.d", c.scope))
+            .join(nvshim::hook::systemd_scope::DROP_IN);
+        let text = fs::read_to_string(&drop_in).unwrap_or_default();
+        assert!(
+            text.starts_with("# nvidia-container-runtime-hook") && text.contains(&gpu),
+            "{}: {}: {text:?}",
+            c.id,
+            drop_in.display()
+        );
     }
 
-    // No links yet: the reload drops the GPU rules; the kernel refuses the open.
-    with_rules.daemon_reload(true);
-    assert_eq!(
-        with_rules.open_gpu(),
-        "EPERM",
-        "reload without /dev/char links"
-    );
+    // No links yet: the reload drops the GPU entries, runc's and the hook's alike; the
+    // kernel refuses the open.
+    for c in [&with_rules, &gpus_only] {
+        c.daemon_reload();
+        assert_eq!(
+            c.open_gpu(),
+            "EPERM",
+            "{}: reload without /dev/char links",
+            c.id
+        );
+    }
 
     let printed = nvidia_ctk(
         &s,
@@ -339,14 +438,10 @@ fn dev_char_links_keep_gpu_access_across_a_systemd_style_reload() {
         &link.file_type()
     ));
 
-    with_rules.daemon_reload(true);
-    assert_eq!(with_rules.open_gpu(), "ENXIO", "reload with the links");
-
-    // --gpus alone: nothing of the GPU reaches systemd; the links cannot bring it back.
-    gpus_only.daemon_reload(false);
-    assert_eq!(
-        gpus_only.open_gpu(),
-        "EPERM",
-        "hook-only grants do not survive a reload"
-    );
+    // With the links: runc's entries keep the GPU of the container with spec rules, the
+    // hook's drop-in the GPU of `--gpus` alone.
+    for c in [&with_rules, &gpus_only] {
+        c.daemon_reload();
+        assert_eq!(c.open_gpu(), "ENXIO", "{}: reload with the links", c.id);
+    }
 }

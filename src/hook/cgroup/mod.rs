@@ -14,9 +14,10 @@
 //!   cannot be overridden from the container's cgroup and is left alone.
 //!
 //! On a hybrid host both apply when both are present. Rules added out of band vanish
-//! when the runtime re-applies the spec's resources (`runc update`, a systemd
-//! reload with the systemd cgroup driver): that is inherent to hook mode, and why the
-//! runtime path is preferred. `no-cgroups = true` skips all of this.
+//! when the runtime re-applies the spec's resources (`runc update`): that is inherent
+//! to hook mode, and why the runtime path is preferred. A systemd reload with the
+//! systemd cgroup driver keeps them, through the scope drop-in the hook writes
+//! (`super::systemd_scope`). `no-cgroups = true` skips all of this.
 
 pub mod program;
 pub mod v1;
