@@ -5,14 +5,17 @@
 //! way (`openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`): the spec names real paths
 //! such as `/dev/dri`, and an image link must not turn the chmod onto a file the
 //! container shares with the host. A missing path is skipped and a refusal by the
-//! filesystem (`EPERM`, `EROFS`) is ignored, as NVIDIA's hook does.
+//! filesystem (`EPERM`, `EROFS`) is ignored, as NVIDIA's hook does. Stricter than
+//! NVIDIA's: a file (not a directory) with more than one hard link is refused, since
+//! its other name may be a host file's.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat;
+use nix::sys::stat::{self, Mode};
 
 use crate::rootfs::Rootfs;
 
@@ -47,16 +50,7 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
             path: path.clone(),
             source,
         };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
-        let relative = path.strip_prefix("/").unwrap_or(path);
-        let relative = if relative.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            relative
-        };
-        let fd = match fcntl::openat2(rootfs.root_fd(), relative, how) {
+        let fd = match open_no_symlinks(rootfs.root_fd(), path) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => {
                 tracing::debug!(path = %path.display(), "not in the container, skipped");
@@ -67,6 +61,16 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
         let st = stat::fstat(&fd).map_err(err)?;
         if st.st_mode & 0o7777 == mode {
             continue;
+        }
+        // A second name for a file that is not a directory may be a host file's (a
+        // rootfs on the host's filesystem can hold a hard link to /etc/shadow): its
+        // mode is the host's too. Directories cannot be hard-linked.
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+            return Err(StageError::HardLink {
+                root: rootfs.path().to_path_buf(),
+                path: path.clone(),
+                links: st.st_nlink,
+            });
         }
         // An O_PATH fd cannot be fchmod'ed; its /proc/self/fd entry names exactly that
         // inode (and it is not a symlink: none was allowed on the way).
@@ -82,4 +86,47 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
         }
     }
     Ok(changed)
+}
+
+/// Opens `path` (`O_PATH`) in the root with no symlink allowed anywhere on the way:
+/// `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`, or [`walk_no_symlinks`] where the
+/// kernel has no `openat2`.
+fn open_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    let relative = if relative.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        relative
+    };
+    match fcntl::openat2(root, relative, how) {
+        Err(Errno::ENOSYS) => walk_no_symlinks(root, path),
+        // The kernel asks to retry when a rename raced the lookup.
+        Err(Errno::EAGAIN) => fcntl::openat2(root, relative, how),
+        other => other,
+    }
+}
+
+/// `RESOLVE_NO_SYMLINKS` by hand: one component at a time, each opened `O_PATH |
+/// O_NOFOLLOW` relative to the previous one's fd; a symlink (magic links included) is
+/// `ELOOP`, `..` is refused (`EXDEV`: container paths have none).
+pub(super) fn walk_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut current = fcntl::openat(root, ".", flags | OFlag::O_DIRECTORY, Mode::empty())?;
+    for part in path.components() {
+        let name = match part {
+            Component::Normal(name) => name,
+            Component::ParentDir => return Err(Errno::EXDEV),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        let next = fcntl::openat(&current, name, flags, Mode::empty())?;
+        let st = stat::fstat(&next)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+        current = next;
+    }
+    Ok(current)
 }

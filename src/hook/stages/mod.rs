@@ -60,6 +60,16 @@ pub enum StageError {
         #[source]
         source: Errno,
     },
+    #[error(
+        "{path} in the container rootfs {root} has {links} hard links: refusing to change the \
+         mode of a file whose other names may be the host's (chmod takes directories and \
+         files with one link)"
+    )]
+    HardLink {
+        root: PathBuf,
+        path: PathBuf,
+        links: libc::nlink_t,
+    },
     #[error("invalid --mode {value:?}: expected an octal file mode such as 755 (at most 7777)")]
     Mode { value: String },
     #[error("invalid --path {value:?}: expected an absolute path in the container")]
@@ -121,5 +131,7 @@ fn container_path(value: &str) -> Option<PathBuf> {
     .then(|| path.to_path_buf())
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

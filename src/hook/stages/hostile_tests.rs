@@ -1,0 +1,93 @@
+//! Hostile images against the stages: what an image can put in its rootfs (hard links,
+//! device nodes swapped in, huge config files) must not reach the host.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// A bundle in `dir` whose config.json names `rootfs` (created), and its OCI state.
+fn bundle(dir: &Path) -> Vec<u8> {
+    fs::create_dir_all(dir.join("rootfs")).unwrap();
+    fs::write(
+        dir.join("config.json"),
+        r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"}}"#,
+    )
+    .unwrap();
+    format!(
+        r#"{{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"{}"}}"#,
+        dir.display()
+    )
+    .into_bytes()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// A rootfs on the host's filesystem can hold a hard link to a host file (a plain
+/// directory rootfs, or a bundle a user made): chmod must not change the host file's
+/// mode through it, and the error names the path.
+#[test]
+fn chmod_refuses_a_hard_link_that_may_be_a_host_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let host = tmp.path().join("shadow");
+    fs::write(&host, b"root:x:0").unwrap();
+    fs::set_permissions(&host, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::create_dir_all(root.join("dev/dri")).unwrap();
+    fs::hard_link(&host, root.join("dev/dri/card0")).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+
+    let (mode, paths) = chmod::parse("666", &["/dev/dri/card0".to_owned()]).unwrap();
+    let err = chmod::run(&rootfs, mode, &paths).unwrap_err().to_string();
+    assert!(err.contains("/dev/dri/card0"), "{err}");
+    assert!(err.contains("hard link"), "{err}");
+    assert_eq!(mode_of(&host), 0o600);
+
+    // A file of the image's own (one link) and a directory still change.
+    fs::remove_file(root.join("dev/dri/card0")).unwrap();
+    fs::write(root.join("dev/dri/card0"), b"").unwrap();
+    fs::set_permissions(root.join("dev/dri"), fs::Permissions::from_mode(0o700)).unwrap();
+    let (mode, paths) = chmod::parse("755", &["/dev/dri".into(), "/dev/dri/card0".into()]).unwrap();
+    assert_eq!(chmod::run(&rootfs, mode, &paths).unwrap(), 2);
+    assert_eq!(mode_of(&root.join("dev/dri")), 0o755);
+    assert_eq!(mode_of(&host), 0o600);
+}
+
+/// The walk chmod uses where the kernel has no `openat2` (before 5.6) refuses a
+/// symlink anywhere on the way, as `RESOLVE_NO_SYMLINKS` does, and finds real paths.
+#[test]
+fn the_no_symlink_walk_refuses_every_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let host = tmp.path().join("host");
+    fs::create_dir_all(&host).unwrap();
+    fs::write(host.join("file"), b"").unwrap();
+    fs::create_dir_all(root.join("dev/dri")).unwrap();
+    fs::write(root.join("dev/dri/card0"), b"").unwrap();
+    symlink(&host, root.join("etc")).unwrap();
+    symlink("card0", root.join("dev/dri/card1")).unwrap();
+    symlink("/dev", root.join("devlink")).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+    let walk = |p: &str| chmod::walk_no_symlinks(rootfs.root_fd(), Path::new(p));
+
+    let found = walk("/dev/dri/card0").unwrap();
+    let st = nix::sys::stat::fstat(&found).unwrap();
+    assert_eq!(
+        st.st_ino,
+        fs::metadata(root.join("dev/dri/card0")).unwrap().ino()
+    );
+    assert!(walk("/dev/dri").is_ok());
+    assert!(walk("/").is_ok());
+    for bad in ["/etc/file", "/etc", "/dev/dri/card1", "/devlink/dri"] {
+        assert_eq!(walk(bad).unwrap_err(), Errno::ELOOP, "{bad}");
+    }
+    assert_eq!(walk("/dev/nope").unwrap_err(), Errno::ENOENT);
+    assert_eq!(walk("/dev/dri/card0/x").unwrap_err(), Errno::ENOTDIR);
+}
