@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::rootfs::Rootfs;
 
-use super::ldcache::{open_dir, version_cmp};
+use super::ldcache::{open_dir, open_regular, version_cmp};
 use super::{StageError, container_path, elf};
 
 /// Where images keep the compat libraries.
@@ -182,14 +182,8 @@ fn dotted(version: &str) -> Option<[u64; 3]> {
 
 /// The ELF note of `library` in the already opened compat directory, if it has one.
 fn compat_note(dir: &nix::dir::Dir, library: &str) -> Option<CompatNote> {
-    use nix::fcntl::OFlag;
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::openat(dir, library, flags, nix::sys::stat::Mode::empty()).ok()?;
-    let st = nix::sys::stat::fstat(&fd).ok()?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return None;
-    }
-    let section = elf::section(&std::fs::File::from(fd), NOTE_SECTION)?;
+    let file = open_regular(dir, std::ffi::OsStr::new(library))?;
+    let section = elf::section(&file, NOTE_SECTION)?;
     let (owner, desc) = elf::note(&section)?;
     (owner == NOTE_OWNER)
         .then(|| CompatNote::parse(&desc))

@@ -91,3 +91,66 @@ fn the_no_symlink_walk_refuses_every_link() {
     assert_eq!(walk("/dev/nope").unwrap_err(), Errno::ENOENT);
     assert_eq!(walk("/dev/dri/card0/x").unwrap_err(), Errno::ENOTDIR);
 }
+
+/// An image file is opened only once it is known to be a regular file: between the
+/// check and the open, another container sharing the directory (a volume) could swap
+/// in a device node, whose open alone can act (a watchdog starts counting down). A
+/// FIFO stands in for the device: a thread keeps exchanging it with the library while
+/// `update-ldcache` and `enable-cuda-compat` read the directory, and inotify reports
+/// any open of the FIFO's inode (`O_PATH` opens are not reported).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn image_files_swapped_for_a_device_are_never_opened() {
+    use nix::fcntl::{RenameFlags, renameat2};
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let lib = root.join("usr/lib64");
+    let compat_dir = root.join("usr/local/cuda/compat");
+    fs::create_dir_all(&lib).unwrap();
+    fs::create_dir_all(&compat_dir).unwrap();
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::write(root.join("etc/ld.so.cache"), b"").unwrap();
+    let note = elf::tiny_with_note(compat::NOTE_SECTION, "NVIDIA Corporation", b"{}");
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+    let mut pairs = Vec::new();
+    for (dir, name, bytes) in [
+        (&lib, "libx.so.1", elf::tiny_so("libx.so.1", 62)),
+        (&compat_dir, "libcuda.so.560.1", note),
+    ] {
+        fs::write(dir.join(name), bytes).unwrap();
+        let fifo = dir.join("device");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        inotify.add_watch(&fifo, AddWatchFlags::IN_OPEN).unwrap();
+        pairs.push((dir.clone(), name));
+    }
+    let rootfs = open_rootfs(&state).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let dirs: Vec<_> = pairs
+                .iter()
+                .map(|(d, n)| (fs::File::open(d).unwrap(), *n))
+                .collect();
+            while !stop.load(Ordering::Relaxed) {
+                for (dir, name) in &dirs {
+                    let _ = renameat2(dir, *name, dir, "device", RenameFlags::RENAME_EXCHANGE);
+                }
+            }
+        });
+        for _ in 0..3000 {
+            let _ = ldcache::run(&rootfs, &[PathBuf::from("/usr/lib64")]);
+            let _ = compat::decide(&rootfs, Some("550.1"), Some("12.0"), None);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let opened = inotify.read_events().unwrap_or_default();
+    assert!(
+        opened.is_empty(),
+        "the FIFO was opened {} times",
+        opened.len()
+    );
+}

@@ -228,26 +228,33 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
         if kind != SFlag::S_IFREG {
             continue;
         }
-        // O_NONBLOCK: a FIFO swapped in after the check must not block the hook.
-        let flags = OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC;
-        let Ok(fd) = fcntl::openat(&dir, os, flags, Mode::empty()) else {
+        let Some(file) = open_regular(&dir, os) else {
             continue;
         };
-        let regular = stat::fstat(&fd).is_ok_and(|st| {
-            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-        });
-        if !regular {
-            continue;
-        }
-        if let Some(lib) = elf::read(&File::from(fd)) {
+        if let Some(lib) = elf::read(&file) {
             found.push((name, lib));
         }
     }
     Ok((found, present))
+}
+
+/// Opens `name` in `dir` for reading only if it is a regular file: resolved `O_PATH |
+/// O_NOFOLLOW` first, checked, then that very inode reopened. Opening by name after a
+/// check would open whatever was swapped in meanwhile (a FIFO would block; a device
+/// node's open can act on the device).
+pub(super) fn open_regular(dir: &Dir, name: &OsStr) -> Option<File> {
+    let path = fcntl::openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = stat::fstat(&path).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return None;
+    }
+    reopen(&path, OFlag::O_RDONLY).ok().map(File::from)
 }
 
 /// Compares file names as `ldconfig` ranks versions: runs of digits by value, the
