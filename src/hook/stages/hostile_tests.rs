@@ -154,3 +154,28 @@ fn image_files_swapped_for_a_device_are_never_opened() {
         opened.len()
     );
 }
+
+/// The image's `00-compat-*.conf` files name the directories `update-ldcache` scans
+/// first. An image can ship thousands of them with thousands of lines each; the
+/// hook reads a bounded number (what `enable-cuda-compat` writes is one line), so a
+/// hostile image cannot keep it busy as root for as long as it likes.
+#[test]
+fn compat_files_name_a_bounded_number_of_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let conf = root.join("etc/ld.so.conf.d");
+    fs::create_dir_all(&conf).unwrap();
+    let lines: String = (0..5000).map(|i| format!("/compat/{i}\n")).collect();
+    for f in 0..20 {
+        fs::write(conf.join(format!("00-compat-{f:03}.conf")), &lines).unwrap();
+    }
+    let rootfs = open_rootfs(&state).unwrap();
+    let dirs = ldcache::compat_dirs(&rootfs).unwrap();
+    assert!(
+        (1..=ldcache::MAX_COMPAT_DIRS).contains(&dirs.len()),
+        "{} directories",
+        dirs.len()
+    );
+    assert_eq!(dirs[0], Path::new("/compat/0"));
+}

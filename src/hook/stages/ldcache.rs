@@ -131,8 +131,11 @@ pub const CONF_DIR: &str = "/etc/ld.so.conf.d";
 /// The prefix and suffix of those files' names.
 pub const COMPAT_CONF: (&str, &str) = ("00-compat-", ".conf");
 
+/// Most compat directories read (`enable-cuda-compat` records one).
+pub const MAX_COMPAT_DIRS: usize = 16;
+
 /// The directories the rootfs's `00-compat-*.conf` files name, in file name order.
-fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
+pub(super) fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
     let conf = Path::new(CONF_DIR);
     let Some(mut dir) = open_dir(rootfs, conf)? else {
         return Ok(Vec::new());
@@ -145,9 +148,11 @@ fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
         .collect();
     names.sort();
     let mut dirs = Vec::new();
-    for name in names {
+    // The image writes these files: past MAX_COMPAT_DIRS lines, or as many files, the
+    // rest is left out rather than read.
+    for name in names.iter().take(MAX_COMPAT_DIRS) {
         // Small text files; anything that is not one is skipped.
-        let Ok(Some(text)) = rootfs.read(&conf.join(&name), 64 * 1024) else {
+        let Ok(Some(text)) = rootfs.read(&conf.join(name), 64 * 1024) else {
             continue;
         };
         for line in String::from_utf8_lossy(&text).lines() {
@@ -155,9 +160,23 @@ fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
             if let Some(path) = container_path(line)
                 && !dirs.contains(&path)
             {
+                if dirs.len() == MAX_COMPAT_DIRS {
+                    tracing::warn!(
+                        file = %conf.join(name).display(),
+                        "more than {MAX_COMPAT_DIRS} CUDA compat directories; the rest are left out"
+                    );
+                    return Ok(dirs);
+                }
                 dirs.push(path);
             }
         }
+    }
+    if names.len() > MAX_COMPAT_DIRS {
+        tracing::warn!(
+            "more than {MAX_COMPAT_DIRS} {}*{} files in {CONF_DIR}; read the first {MAX_COMPAT_DIRS}",
+            COMPAT_CONF.0,
+            COMPAT_CONF.1
+        );
     }
     Ok(dirs)
 }
