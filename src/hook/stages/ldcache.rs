@@ -13,7 +13,7 @@
 //! `ld.so.conf.d` file is written.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -65,7 +65,8 @@ pub fn run(rootfs: &Rootfs, folders: &[PathBuf]) -> Result<Updated, StageError> 
     for dir in compat_dirs(rootfs)? {
         scan(rootfs, &dir, &mut links, &mut entries)?;
     }
-    let compat: Vec<(String, i32)> = entries.iter().map(|e| (e.key.clone(), e.flags)).collect();
+    let compat: BTreeSet<(String, i32)> =
+        entries.iter().map(|e| (e.key.clone(), e.flags)).collect();
     let mut own = Vec::new();
     for folder in folders {
         scan(rootfs, folder, &mut links, &mut own)?;
@@ -214,7 +215,7 @@ pub(super) fn reopen(fd: &OwnedFd, flags: OFlag) -> Result<OwnedFd, Errno> {
 /// name order, and the `lib*.so*` names that are anything but a symlink (a soname
 /// link is never made over one of those). Symlinks are not followed (the files they
 /// lead to are listed themselves); FIFOs and devices are never opened.
-type Listing = (Vec<(String, elf::Library)>, Vec<String>);
+type Listing = (Vec<(String, elf::Library)>, BTreeSet<String>);
 
 fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, StageError> {
     let err = |source| StageError::Path {
@@ -234,7 +235,7 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
     }
     names.sort();
     let mut found = Vec::new();
-    let mut present = Vec::new();
+    let mut present = BTreeSet::new();
     for name in names {
         let os = OsStr::from_bytes(name.as_bytes());
         let kind = match stat::fstatat(&dir, os, AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -242,7 +243,7 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
             Err(_) => continue,
         };
         if kind != SFlag::S_IFLNK {
-            present.push(name.clone());
+            present.insert(name.clone());
         }
         if kind != SFlag::S_IFREG {
             continue;
