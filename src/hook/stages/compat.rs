@@ -46,7 +46,7 @@ pub fn decide(
         value: host.to_owned(),
     })?;
     let root = compat_root.unwrap_or(DEFAULT_COMPAT_ROOT);
-    let dir_path = container_path(root).ok_or_else(|| StageError::RelativePath {
+    let dir_path = container_path(root).ok_or_else(|| StageError::CompatRoot {
         value: root.to_owned(),
     })?;
     let Some(mut dir) = open_dir(rootfs, &dir_path)? else {
@@ -87,12 +87,12 @@ pub fn decide(
     let use_compat = match compat_note(&dir, library) {
         Some(note) => note.use_compat(host_major, host_cuda_version.unwrap_or_default()),
         None => {
-            let compat_major = library
-                .strip_prefix("libcuda.so.")
-                .and_then(major)
-                .ok_or_else(|| StageError::DriverVersion {
-                    value: library.clone(),
-                })?;
+            // The image's file name: one with no numeric major is not newer than anything.
+            let Some(compat_major) = library.strip_prefix("libcuda.so.").and_then(major) else {
+                return Ok(Decision::Skip(
+                    "the compat libcuda's name has no numeric major version",
+                ));
+            };
             compat_major > host_major
         }
     };

@@ -179,3 +179,30 @@ fn compat_files_name_a_bounded_number_of_directories() {
     );
     assert_eq!(dirs[0], Path::new("/compat/0"));
 }
+
+/// A compat `libcuda` whose name has no numeric major is the image's oddity, not a bad
+/// flag: the hook does nothing (as NVIDIA's), and a bad flag's error names that flag.
+#[test]
+fn cuda_compat_blames_the_right_thing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let dir = root.join("usr/local/cuda/compat");
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::write(root.join("etc/ld.so.cache"), b"").unwrap();
+    fs::write(dir.join("libcuda.so.beta.1"), b"").unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+    let decided = compat::decide(&rootfs, Some("550.54.15"), None, None);
+    assert!(
+        matches!(decided, Ok(compat::Decision::Skip(_))),
+        "{decided:?}"
+    );
+    let err = compat::decide(&rootfs, Some("550.54.15"), None, Some("usr/local/cuda"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--cuda-compat-container-root") && err.contains("\"usr/local/cuda\""),
+        "{err}"
+    );
+}

@@ -74,6 +74,11 @@ pub enum StageError {
     Mode { value: String },
     #[error("invalid --path {value:?}: expected an absolute path in the container")]
     RelativePath { value: String },
+    #[error(
+        "invalid --cuda-compat-container-root {value:?}: expected an absolute directory in the \
+         container, such as /usr/local/cuda/compat"
+    )]
+    CompatRoot { value: String },
     #[error("invalid --folder {value:?}: expected an absolute directory in the container")]
     Folder { value: String },
     #[error("invalid --host-driver-version {value:?}: expected a version such as 550.54.15")]
