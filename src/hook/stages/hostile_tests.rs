@@ -206,3 +206,26 @@ fn cuda_compat_blames_the_right_thing() {
         "{err}"
     );
 }
+
+/// `root.path` naming the host's root another way (a symlink to `/`, `..` enough to
+/// climb to it) is refused like `/` itself: the hooks would write the host's
+/// `/etc/ld.so.cache` and links in its `/usr/lib`.
+#[test]
+fn a_rootfs_that_is_the_host_root_by_another_name_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let up = "../".repeat(tmp.path().components().count() + 2);
+    symlink("/", tmp.path().join("slash")).unwrap();
+    for root in [up.as_str(), "slash", "slash/."] {
+        fs::write(
+            tmp.path().join("config.json"),
+            format!(r#"{{"ociVersion":"1.0.2","root":{{"path":"{root}"}}}}"#),
+        )
+        .unwrap();
+        let got = open_rootfs(&state);
+        assert!(
+            matches!(got, Err(StageError::HostRoot(_))),
+            "{root}: {got:?}"
+        );
+    }
+}

@@ -120,9 +120,28 @@ pub fn rootfs_path(state: &[u8]) -> Result<PathBuf, StageError> {
     Ok(path)
 }
 
-/// Opens the container's rootfs named by the OCI state.
+/// Opens the container's rootfs named by the OCI state. The directory opened must not
+/// be the host's root under another name (a symlink to `/`, enough `..`).
 pub fn open_rootfs(state: &[u8]) -> Result<Rootfs, StageError> {
-    Ok(Rootfs::open(&rootfs_path(state)?)?)
+    let path = rootfs_path(state)?;
+    let rootfs = Rootfs::open(&path)?;
+    let same = |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| {
+        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    };
+    let host = nix::sys::stat::stat("/").map_err(|source| StageError::Path {
+        root: path.clone(),
+        path: PathBuf::from("/"),
+        source,
+    })?;
+    let opened = nix::sys::stat::fstat(rootfs.root_fd()).map_err(|source| StageError::Path {
+        root: path.clone(),
+        path: PathBuf::from("/"),
+        source,
+    })?;
+    if same(&host, &opened) {
+        return Err(StageError::HostRoot(path));
+    }
+    Ok(rootfs)
 }
 
 /// An absolute container path with no `..` (the spec's, not the image's).
