@@ -9,17 +9,15 @@
 //! NVIDIA's: a file (not a directory) with more than one hard link is refused, since
 //! its other name may be a host file's.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
-use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::{self, Mode};
+use nix::sys::stat;
 
 use crate::rootfs::Rootfs;
 
-use super::{StageError, container_path};
+use super::{StageError, container_path, open_no_symlinks};
 
 /// Parses `--mode` (octal, e.g. `755`) and the `--path` values.
 pub fn parse(mode: &str, paths: &[String]) -> Result<(u32, Vec<PathBuf>), StageError> {
@@ -86,47 +84,4 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
         }
     }
     Ok(changed)
-}
-
-/// Opens `path` (`O_PATH`) in the root with no symlink allowed anywhere on the way:
-/// `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`, or [`walk_no_symlinks`] where the
-/// kernel has no `openat2`.
-fn open_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    let relative = path.strip_prefix("/").unwrap_or(path);
-    let relative = if relative.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        relative
-    };
-    match fcntl::openat2(root, relative, how) {
-        Err(Errno::ENOSYS) => walk_no_symlinks(root, path),
-        // The kernel asks to retry when a rename raced the lookup.
-        Err(Errno::EAGAIN) => fcntl::openat2(root, relative, how),
-        other => other,
-    }
-}
-
-/// `RESOLVE_NO_SYMLINKS` by hand: one component at a time, each opened `O_PATH |
-/// O_NOFOLLOW` relative to the previous one's fd; a symlink (magic links included) is
-/// `ELOOP`, `..` is refused (`EXDEV`: container paths have none).
-pub(super) fn walk_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
-    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let mut current = fcntl::openat(root, ".", flags | OFlag::O_DIRECTORY, Mode::empty())?;
-    for part in path.components() {
-        let name = match part {
-            Component::Normal(name) => name,
-            Component::ParentDir => return Err(Errno::EXDEV),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
-        };
-        let next = fcntl::openat(&current, name, flags, Mode::empty())?;
-        let st = stat::fstat(&next)?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-            return Err(Errno::ELOOP);
-        }
-        current = next;
-    }
-    Ok(current)
 }

@@ -75,7 +75,7 @@ fn the_no_symlink_walk_refuses_every_link() {
     symlink("card0", root.join("dev/dri/card1")).unwrap();
     symlink("/dev", root.join("devlink")).unwrap();
     let rootfs = open_rootfs(&state).unwrap();
-    let walk = |p: &str| chmod::walk_no_symlinks(rootfs.root_fd(), Path::new(p));
+    let walk = |p: &str| walk_no_symlinks(rootfs.root_fd(), Path::new(p));
 
     let found = walk("/dev/dri/card0").unwrap();
     let st = nix::sys::stat::fstat(&found).unwrap();
@@ -228,4 +228,49 @@ fn a_rootfs_that_is_the_host_root_by_another_name_is_refused() {
             "{root}: {got:?}"
         );
     }
+}
+
+/// Unmounts on drop.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// `create-symlinks` writes `/dev` links to the tmpfs runc mounts at the container's
+/// `/dev`. An image whose `/dev` is a symlink to a volume's directory (a tmpfs from the
+/// host) must not get the links written into that volume.
+#[test]
+fn dev_links_never_follow_an_image_link_to_another_tmpfs() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let vol = root.join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &vol,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=64k"),
+    )
+    .unwrap();
+    let _mounted = Mounted(vol.clone());
+    symlink("/vol", root.join("dev")).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+    let links =
+        symlinks::parse_links(&["../card1::/dev/dri/by-path/pci-0000:3b:00.0-card".to_owned()])
+            .unwrap();
+    let done = symlinks::run(&rootfs, &links);
+    assert!(done.is_err(), "{done:?}");
+    assert_eq!(
+        fs::read_dir(&vol).unwrap().count(),
+        0,
+        "links in the volume"
+    );
 }
