@@ -274,3 +274,28 @@ fn dev_links_never_follow_an_image_link_to_another_tmpfs() {
         "links in the volume"
     );
 }
+
+/// A soname link is never made over something that is not a symlink, whatever its name
+/// (as `ldconfig`, which says "is not a symbolic link"): an image's file stays, and a
+/// directory in the way does not fail the container's start.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn soname_links_never_replace_files_or_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = bundle(tmp.path());
+    let root = tmp.path().join("rootfs");
+    let lib = root.join("usr/lib64");
+    fs::create_dir_all(&lib).unwrap();
+    fs::write(lib.join("libfoo.so.1.0"), elf::tiny_so("foo.so.1", 62)).unwrap();
+    fs::write(lib.join("foo.so.1"), b"the image's own file").unwrap();
+    fs::write(lib.join("libbar.so.1.0"), elf::tiny_so("bar.so.1", 62)).unwrap();
+    fs::create_dir_all(lib.join("bar.so.1")).unwrap();
+    let rootfs = open_rootfs(&state).unwrap();
+    let done = ldcache::run(&rootfs, &[PathBuf::from("/usr/lib64")]);
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(
+        fs::read(lib.join("foo.so.1")).unwrap(),
+        b"the image's own file"
+    );
+    assert!(lib.join("bar.so.1").is_dir());
+}

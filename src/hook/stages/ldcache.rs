@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use nix::dir::Dir;
+use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, Mode, SFlag};
@@ -212,9 +212,9 @@ pub(super) fn reopen(fd: &OwnedFd, flags: OFlag) -> Result<OwnedFd, Errno> {
 }
 
 /// The `lib*.so*` regular files in `dir` that are ELF shared objects, by name, in
-/// name order, and the `lib*.so*` names that are anything but a symlink (a soname
-/// link is never made over one of those). Symlinks are not followed (the files they
-/// lead to are listed themselves); FIFOs and devices are never opened.
+/// name order, and the names in `dir` that are anything but a symlink (a soname link
+/// is never made over one of those, as `ldconfig`). Symlinks are not followed (the
+/// files they lead to are listed themselves); FIFOs and devices are never opened.
 type Listing = (Vec<(String, elf::Library)>, BTreeSet<String>);
 
 fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, StageError> {
@@ -224,6 +224,10 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
         source,
     };
     let mut names: Vec<String> = Vec::new();
+    // Every name that is not a symlink, whatever it is called: a soname (the image's
+    // text) can name any of them.
+    let mut present = BTreeSet::new();
+    let mut unknown = Vec::new();
     for entry in dir.iter() {
         let entry = entry.map_err(err)?;
         let Ok(name) = entry.file_name().to_str() else {
@@ -231,11 +235,25 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
         };
         if (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so") {
             names.push(name.to_owned());
+            continue;
+        }
+        match entry.file_type() {
+            Some(Type::Symlink) => {}
+            Some(_) => {
+                present.insert(name.to_owned());
+            }
+            // The filesystem does not say (no d_type): asked below.
+            None => unknown.push(name.to_owned()),
+        }
+    }
+    for name in unknown {
+        let st = stat::fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
+        if st.is_ok_and(|st| st.st_mode & libc::S_IFMT != libc::S_IFLNK) {
+            present.insert(name);
         }
     }
     names.sort();
     let mut found = Vec::new();
-    let mut present = BTreeSet::new();
     for name in names {
         let os = OsStr::from_bytes(name.as_bytes());
         let kind = match stat::fstatat(&dir, os, AtFlags::AT_SYMLINK_NOFOLLOW) {
