@@ -118,6 +118,18 @@ impl Rootfs {
         }
     }
 
+    /// Whether the directory opened is the host's root (`/` by any name: a symlink to
+    /// it, enough `..`, a bind mount of it), by device and inode.
+    pub fn is_host_root(&self) -> Result<bool, RootfsError> {
+        let err = |source| RootfsError::Root {
+            root: self.path.clone(),
+            source,
+        };
+        let host = stat::stat("/").map_err(err)?;
+        let root = stat::fstat(&self.fd).map_err(err)?;
+        Ok((host.st_dev, host.st_ino) == (root.st_dev, root.st_ino))
+    }
+
     /// The rootfs's host path (for messages).
     pub fn path(&self) -> &Path {
         &self.path

@@ -128,20 +128,7 @@ pub fn rootfs_path(state: &[u8]) -> Result<PathBuf, StageError> {
 pub fn open_rootfs(state: &[u8]) -> Result<Rootfs, StageError> {
     let path = rootfs_path(state)?;
     let rootfs = Rootfs::open(&path)?;
-    let same = |a: &nix::sys::stat::FileStat, b: &nix::sys::stat::FileStat| {
-        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-    };
-    let host = nix::sys::stat::stat("/").map_err(|source| StageError::Path {
-        root: path.clone(),
-        path: PathBuf::from("/"),
-        source,
-    })?;
-    let opened = nix::sys::stat::fstat(rootfs.root_fd()).map_err(|source| StageError::Path {
-        root: path.clone(),
-        path: PathBuf::from("/"),
-        source,
-    })?;
-    if same(&host, &opened) {
+    if rootfs.is_host_root()? {
         return Err(StageError::HostRoot(path));
     }
     Ok(rootfs)
