@@ -28,6 +28,11 @@ pub enum LinkError {
     Bundle(#[from] BundleError),
     #[error("config.json has no root.path: cannot find the container's rootfs")]
     NoRoot,
+    #[error(
+        "the container's rootfs is {0:?}, the host's root: refusing to write links and the \
+         linker cache there (is this a createContainer hook of a container?)"
+    )]
+    HostRoot(std::path::PathBuf),
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
 }
@@ -42,6 +47,38 @@ pub fn run(
     let state = bundle::parse_state(state)?;
     let loaded = Bundle::new(&state.bundle).load()?;
     let root = loaded.doc.root_path().ok_or(LinkError::NoRoot)?;
-    let rootfs = Rootfs::open(&state.bundle.join(root))?;
+    let path = state.bundle.join(root);
+    let rootfs = Rootfs::open(&path)?;
+    if rootfs.is_host_root()? {
+        return Err(LinkError::HostRoot(path));
+    }
     Ok(linker::install(&rootfs, links, entries)?)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A `root.path` that is the host's root, by name or another way, is refused before
+    /// anything is written (the host's `/etc/ld.so.cache` and `/usr/lib` would be).
+    #[test]
+    fn the_host_root_is_never_a_rootfs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = format!(
+            r#"{{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"{}"}}"#,
+            tmp.path().display()
+        );
+        std::os::unix::fs::symlink("/", tmp.path().join("slash")).unwrap();
+        for root in ["/", "slash"] {
+            std::fs::write(
+                tmp.path().join("config.json"),
+                format!(r#"{{"ociVersion":"1.0.2","root":{{"path":"{root}"}}}}"#),
+            )
+            .unwrap();
+            let err = run(state.as_bytes(), &[], &[]).unwrap_err().to_string();
+            assert!(err.contains("host's root"), "{root}: {err}");
+        }
+    }
 }

@@ -118,6 +118,18 @@ impl Rootfs {
         }
     }
 
+    /// Whether the directory opened is the host's root (`/` by any name: a symlink to
+    /// it, enough `..`, a bind mount of it), by device and inode.
+    pub fn is_host_root(&self) -> Result<bool, RootfsError> {
+        let err = |source| RootfsError::Root {
+            root: self.path.clone(),
+            source,
+        };
+        let host = stat::stat("/").map_err(err)?;
+        let root = stat::fstat(&self.fd).map_err(err)?;
+        Ok((host.st_dev, host.st_ino) == (root.st_dev, root.st_ino))
+    }
+
     /// The rootfs's host path (for messages).
     pub fn path(&self) -> &Path {
         &self.path
@@ -171,7 +183,7 @@ impl Rootfs {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(self.err(path, Errno::EINVAL));
         };
-        let dir = self.ensure_dir(parent)?;
+        let dir = self.ensure_dir_on_root(parent, true)?;
         self.on_root_fs(&dir, path)?;
         let mut tmp = OsString::from(".");
         tmp.push(name);
@@ -244,7 +256,7 @@ impl Rootfs {
             return Err(self.err(path, Errno::EINVAL));
         };
         if dirs.last.as_ref().is_none_or(|(p, _)| p != parent) {
-            let dir = self.ensure_dir(parent)?;
+            let dir = self.ensure_dir_on_root(parent, true)?;
             self.on_root_fs(&dir, path)?;
             dirs.last = Some((parent.to_path_buf(), dir));
         }
@@ -286,6 +298,13 @@ impl Rootfs {
 
     /// Opens the directory `path`, creating what is missing of it.
     fn ensure_dir(&self, path: &Path) -> Result<OwnedFd, RootfsError> {
+        self.ensure_dir_on_root(path, false)
+    }
+
+    /// [`ensure_dir`](Self::ensure_dir); with `on_root`, no directory is created
+    /// outside the rootfs's own filesystem (a volume an image link leads to): the
+    /// callers that write only there fail before leaving anything behind.
+    fn ensure_dir_on_root(&self, path: &Path, on_root: bool) -> Result<OwnedFd, RootfsError> {
         let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
         match self.resolve(path, flags, Mode::empty()) {
             Ok(fd) => return Ok(fd),
@@ -297,6 +316,9 @@ impl Rootfs {
         for part in normal_components(path) {
             let parent = dir.map_err(|e| self.err(&prefix, e))?;
             prefix.push(part);
+            if on_root {
+                self.on_root_fs(&parent, &prefix)?;
+            }
             match stat::mkdirat(&parent, part, Mode::from_bits_truncate(0o755)) {
                 Ok(()) | Err(Errno::EEXIST) => {}
                 Err(e) => return Err(self.err(&prefix, e)),

@@ -5,18 +5,19 @@
 //! way (`openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`): the spec names real paths
 //! such as `/dev/dri`, and an image link must not turn the chmod onto a file the
 //! container shares with the host. A missing path is skipped and a refusal by the
-//! filesystem (`EPERM`, `EROFS`) is ignored, as NVIDIA's hook does.
+//! filesystem (`EPERM`, `EROFS`) is ignored, as NVIDIA's hook does. Stricter than
+//! NVIDIA's: a file (not a directory) with more than one hard link is refused, since
+//! its other name may be a host file's.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
-use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat;
 
 use crate::rootfs::Rootfs;
 
-use super::{StageError, container_path};
+use super::{StageError, container_path, open_no_symlinks};
 
 /// Parses `--mode` (octal, e.g. `755`) and the `--path` values.
 pub fn parse(mode: &str, paths: &[String]) -> Result<(u32, Vec<PathBuf>), StageError> {
@@ -47,16 +48,7 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
             path: path.clone(),
             source,
         };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
-        let relative = path.strip_prefix("/").unwrap_or(path);
-        let relative = if relative.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            relative
-        };
-        let fd = match fcntl::openat2(rootfs.root_fd(), relative, how) {
+        let fd = match open_no_symlinks(rootfs.root_fd(), path) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => {
                 tracing::debug!(path = %path.display(), "not in the container, skipped");
@@ -67,6 +59,16 @@ pub fn run(rootfs: &Rootfs, mode: u32, paths: &[PathBuf]) -> Result<usize, Stage
         let st = stat::fstat(&fd).map_err(err)?;
         if st.st_mode & 0o7777 == mode {
             continue;
+        }
+        // A second name for a file that is not a directory may be a host file's (a
+        // rootfs on the host's filesystem can hold a hard link to /etc/shadow): its
+        // mode is the host's too. Directories cannot be hard-linked.
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+            return Err(StageError::HardLink {
+                root: rootfs.path().to_path_buf(),
+                path: path.clone(),
+                links: st.st_nlink,
+            });
         }
         // An O_PATH fd cannot be fchmod'ed; its /proc/self/fd entry names exactly that
         // inode (and it is not a symlink: none was allowed on the way).

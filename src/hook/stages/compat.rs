@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::rootfs::Rootfs;
 
-use super::ldcache::{open_dir, version_cmp};
+use super::ldcache::{open_dir, open_regular, version_cmp};
 use super::{StageError, container_path, elf};
 
 /// Where images keep the compat libraries.
@@ -46,7 +46,7 @@ pub fn decide(
         value: host.to_owned(),
     })?;
     let root = compat_root.unwrap_or(DEFAULT_COMPAT_ROOT);
-    let dir_path = container_path(root).ok_or_else(|| StageError::RelativePath {
+    let dir_path = container_path(root).ok_or_else(|| StageError::CompatRoot {
         value: root.to_owned(),
     })?;
     let Some(mut dir) = open_dir(rootfs, &dir_path)? else {
@@ -87,12 +87,12 @@ pub fn decide(
     let use_compat = match compat_note(&dir, library) {
         Some(note) => note.use_compat(host_major, host_cuda_version.unwrap_or_default()),
         None => {
-            let compat_major = library
-                .strip_prefix("libcuda.so.")
-                .and_then(major)
-                .ok_or_else(|| StageError::DriverVersion {
-                    value: library.clone(),
-                })?;
+            // The image's file name: one with no numeric major is not newer than anything.
+            let Some(compat_major) = library.strip_prefix("libcuda.so.").and_then(major) else {
+                return Ok(Decision::Skip(
+                    "the compat libcuda's name has no numeric major version",
+                ));
+            };
             compat_major > host_major
         }
     };
@@ -182,14 +182,8 @@ fn dotted(version: &str) -> Option<[u64; 3]> {
 
 /// The ELF note of `library` in the already opened compat directory, if it has one.
 fn compat_note(dir: &nix::dir::Dir, library: &str) -> Option<CompatNote> {
-    use nix::fcntl::OFlag;
-    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::openat(dir, library, flags, nix::sys::stat::Mode::empty()).ok()?;
-    let st = nix::sys::stat::fstat(&fd).ok()?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return None;
-    }
-    let section = elf::section(&std::fs::File::from(fd), NOTE_SECTION)?;
+    let file = open_regular(dir, std::ffi::OsStr::new(library))?;
+    let section = elf::section(&file, NOTE_SECTION)?;
     let (owner, desc) = elf::note(&section)?;
     (owner == NOTE_OWNER)
         .then(|| CompatNote::parse(&desc))

@@ -13,14 +13,14 @@
 //! `ld.so.conf.d` file is written.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use nix::dir::Dir;
+use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, Mode, SFlag};
@@ -65,7 +65,8 @@ pub fn run(rootfs: &Rootfs, folders: &[PathBuf]) -> Result<Updated, StageError> 
     for dir in compat_dirs(rootfs)? {
         scan(rootfs, &dir, &mut links, &mut entries)?;
     }
-    let compat: Vec<(String, i32)> = entries.iter().map(|e| (e.key.clone(), e.flags)).collect();
+    let compat: BTreeSet<(String, i32)> =
+        entries.iter().map(|e| (e.key.clone(), e.flags)).collect();
     let mut own = Vec::new();
     for folder in folders {
         scan(rootfs, folder, &mut links, &mut own)?;
@@ -131,8 +132,11 @@ pub const CONF_DIR: &str = "/etc/ld.so.conf.d";
 /// The prefix and suffix of those files' names.
 pub const COMPAT_CONF: (&str, &str) = ("00-compat-", ".conf");
 
+/// Most compat directories read (`enable-cuda-compat` records one).
+pub const MAX_COMPAT_DIRS: usize = 16;
+
 /// The directories the rootfs's `00-compat-*.conf` files name, in file name order.
-fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
+pub(super) fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
     let conf = Path::new(CONF_DIR);
     let Some(mut dir) = open_dir(rootfs, conf)? else {
         return Ok(Vec::new());
@@ -145,9 +149,11 @@ fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
         .collect();
     names.sort();
     let mut dirs = Vec::new();
-    for name in names {
+    // The image writes these files: past MAX_COMPAT_DIRS lines, or as many files, the
+    // rest is left out rather than read.
+    for name in names.iter().take(MAX_COMPAT_DIRS) {
         // Small text files; anything that is not one is skipped.
-        let Ok(Some(text)) = rootfs.read(&conf.join(&name), 64 * 1024) else {
+        let Ok(Some(text)) = rootfs.read(&conf.join(name), 64 * 1024) else {
             continue;
         };
         for line in String::from_utf8_lossy(&text).lines() {
@@ -155,9 +161,23 @@ fn compat_dirs(rootfs: &Rootfs) -> Result<Vec<PathBuf>, StageError> {
             if let Some(path) = container_path(line)
                 && !dirs.contains(&path)
             {
+                if dirs.len() == MAX_COMPAT_DIRS {
+                    tracing::warn!(
+                        file = %conf.join(name).display(),
+                        "more than {MAX_COMPAT_DIRS} CUDA compat directories; the rest are left out"
+                    );
+                    return Ok(dirs);
+                }
                 dirs.push(path);
             }
         }
+    }
+    if names.len() > MAX_COMPAT_DIRS {
+        tracing::warn!(
+            "more than {MAX_COMPAT_DIRS} {}*{} files in {CONF_DIR}; read the first {MAX_COMPAT_DIRS}",
+            COMPAT_CONF.0,
+            COMPAT_CONF.1
+        );
     }
     Ok(dirs)
 }
@@ -192,10 +212,10 @@ pub(super) fn reopen(fd: &OwnedFd, flags: OFlag) -> Result<OwnedFd, Errno> {
 }
 
 /// The `lib*.so*` regular files in `dir` that are ELF shared objects, by name, in
-/// name order, and the `lib*.so*` names that are anything but a symlink (a soname
-/// link is never made over one of those). Symlinks are not followed (the files they
-/// lead to are listed themselves); FIFOs and devices are never opened.
-type Listing = (Vec<(String, elf::Library)>, Vec<String>);
+/// name order, and the names in `dir` that are anything but a symlink (a soname link
+/// is never made over one of those, as `ldconfig`). Symlinks are not followed (the
+/// files they lead to are listed themselves); FIFOs and devices are never opened.
+type Listing = (Vec<(String, elf::Library)>, BTreeSet<String>);
 
 fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, StageError> {
     let err = |source| StageError::Path {
@@ -204,6 +224,10 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
         source,
     };
     let mut names: Vec<String> = Vec::new();
+    // Every name that is not a symlink, whatever it is called: a soname (the image's
+    // text) can name any of them.
+    let mut present = BTreeSet::new();
+    let mut unknown = Vec::new();
     for entry in dir.iter() {
         let entry = entry.map_err(err)?;
         let Ok(name) = entry.file_name().to_str() else {
@@ -211,11 +235,25 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
         };
         if (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so") {
             names.push(name.to_owned());
+            continue;
+        }
+        match entry.file_type() {
+            Some(Type::Symlink) => {}
+            Some(_) => {
+                present.insert(name.to_owned());
+            }
+            // The filesystem does not say (no d_type): asked below.
+            None => unknown.push(name.to_owned()),
+        }
+    }
+    for name in unknown {
+        let st = stat::fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
+        if st.is_ok_and(|st| st.st_mode & libc::S_IFMT != libc::S_IFLNK) {
+            present.insert(name);
         }
     }
     names.sort();
     let mut found = Vec::new();
-    let mut present = Vec::new();
     for name in names {
         let os = OsStr::from_bytes(name.as_bytes());
         let kind = match stat::fstatat(&dir, os, AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -223,31 +261,38 @@ fn libraries(rootfs: &Rootfs, folder: &Path, mut dir: Dir) -> Result<Listing, St
             Err(_) => continue,
         };
         if kind != SFlag::S_IFLNK {
-            present.push(name.clone());
+            present.insert(name.clone());
         }
         if kind != SFlag::S_IFREG {
             continue;
         }
-        // O_NONBLOCK: a FIFO swapped in after the check must not block the hook.
-        let flags = OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC;
-        let Ok(fd) = fcntl::openat(&dir, os, flags, Mode::empty()) else {
+        let Some(file) = open_regular(&dir, os) else {
             continue;
         };
-        let regular = stat::fstat(&fd).is_ok_and(|st| {
-            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-        });
-        if !regular {
-            continue;
-        }
-        if let Some(lib) = elf::read(&File::from(fd)) {
+        if let Some(lib) = elf::read(&file) {
             found.push((name, lib));
         }
     }
     Ok((found, present))
+}
+
+/// Opens `name` in `dir` for reading only if it is a regular file: resolved `O_PATH |
+/// O_NOFOLLOW` first, checked, then that very inode reopened. Opening by name after a
+/// check would open whatever was swapped in meanwhile (a FIFO would block; a device
+/// node's open can act on the device).
+pub(super) fn open_regular(dir: &Dir, name: &OsStr) -> Option<File> {
+    let path = fcntl::openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = stat::fstat(&path).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return None;
+    }
+    reopen(&path, OFlag::O_RDONLY).ok().map(File::from)
 }
 
 /// Compares file names as `ldconfig` ranks versions: runs of digits by value, the

@@ -24,9 +24,12 @@ pub mod profile;
 pub mod symlinks;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{self, Mode};
 
 use crate::bundle::{self, Bundle, BundleError};
 use crate::rootfs::{Rootfs, RootfsError};
@@ -60,10 +63,25 @@ pub enum StageError {
         #[source]
         source: Errno,
     },
+    #[error(
+        "{path} in the container rootfs {root} has {links} hard links: refusing to change the \
+         mode of a file whose other names may be the host's (chmod takes directories and \
+         files with one link)"
+    )]
+    HardLink {
+        root: PathBuf,
+        path: PathBuf,
+        links: libc::nlink_t,
+    },
     #[error("invalid --mode {value:?}: expected an octal file mode such as 755 (at most 7777)")]
     Mode { value: String },
     #[error("invalid --path {value:?}: expected an absolute path in the container")]
     RelativePath { value: String },
+    #[error(
+        "invalid --cuda-compat-container-root {value:?}: expected an absolute directory in the \
+         container, such as /usr/local/cuda/compat"
+    )]
+    CompatRoot { value: String },
     #[error("invalid --folder {value:?}: expected an absolute directory in the container")]
     Folder { value: String },
     #[error("invalid --host-driver-version {value:?}: expected a version such as 550.54.15")]
@@ -105,9 +123,15 @@ pub fn rootfs_path(state: &[u8]) -> Result<PathBuf, StageError> {
     Ok(path)
 }
 
-/// Opens the container's rootfs named by the OCI state.
+/// Opens the container's rootfs named by the OCI state. The directory opened must not
+/// be the host's root under another name (a symlink to `/`, enough `..`).
 pub fn open_rootfs(state: &[u8]) -> Result<Rootfs, StageError> {
-    Ok(Rootfs::open(&rootfs_path(state)?)?)
+    let path = rootfs_path(state)?;
+    let rootfs = Rootfs::open(&path)?;
+    if rootfs.is_host_root()? {
+        return Err(StageError::HostRoot(path));
+    }
+    Ok(rootfs)
 }
 
 /// An absolute container path with no `..` (the spec's, not the image's).
@@ -121,5 +145,50 @@ fn container_path(value: &str) -> Option<PathBuf> {
     .then(|| path.to_path_buf())
 }
 
+/// Opens `path` (`O_PATH`) in the root with no symlink allowed anywhere on the way:
+/// `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS)`, or [`walk_no_symlinks`] where the
+/// kernel has no `openat2`.
+fn open_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    let relative = if relative.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        relative
+    };
+    match fcntl::openat2(root, relative, how) {
+        Err(Errno::ENOSYS) => walk_no_symlinks(root, path),
+        // The kernel asks to retry when a rename raced the lookup.
+        Err(Errno::EAGAIN) => fcntl::openat2(root, relative, how),
+        other => other,
+    }
+}
+
+/// `RESOLVE_NO_SYMLINKS` by hand: one component at a time, each opened `O_PATH |
+/// O_NOFOLLOW` relative to the previous one's fd; a symlink (magic links included) is
+/// `ELOOP`, `..` is refused (`EXDEV`: container paths have none).
+fn walk_no_symlinks(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut current = fcntl::openat(root, ".", flags | OFlag::O_DIRECTORY, Mode::empty())?;
+    for part in path.components() {
+        let name = match part {
+            Component::Normal(name) => name,
+            Component::ParentDir => return Err(Errno::EXDEV),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        let next = fcntl::openat(&current, name, flags, Mode::empty())?;
+        let st = stat::fstat(&next)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+        current = next;
+    }
+    Ok(current)
+}
+
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

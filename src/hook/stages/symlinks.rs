@@ -7,18 +7,19 @@
 //!
 //! Links under `/dev` (NVIDIA's DRM `by-path` links) go to the container's `/dev`,
 //! which runc has mounted as a tmpfs by the time the hook runs: that tmpfs is opened
-//! inside the root, checked to be a tmpfs, and used as the root for those links, so
-//! they never land on another filesystem either.
+//! inside the root (no symlink allowed on the way), checked to be a tmpfs, and used as
+//! the root for those links, so they never land on another filesystem either.
 
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::sys::statfs;
 
 use crate::discover::SymlinkEdit;
 use crate::hook_contract;
 use crate::rootfs::Rootfs;
 
-use super::StageError;
+use super::{StageError, open_no_symlinks};
 
 const DEV: &str = "/dev";
 
@@ -61,16 +62,22 @@ pub fn run(rootfs: &Rootfs, links: &[SymlinkEdit]) -> Result<usize, StageError> 
 }
 
 /// The container's `/dev` as a root of its own when it is a tmpfs (what runc mounts
-/// there), found inside the rootfs; `None` when it is a plain directory of the rootfs
-/// (then the links go there like any other).
+/// there), found inside the rootfs with no symlink on the way; `None` when it is a
+/// plain directory of the rootfs or an image's symlink (then the links go there like
+/// any other, on the rootfs's filesystem only).
 fn dev_rootfs(rootfs: &Rootfs) -> Result<Option<Rootfs>, StageError> {
     let err = |source| StageError::Path {
         root: rootfs.path().to_path_buf(),
         path: PathBuf::from(DEV),
         source,
     };
-    let Some(fd) = rootfs.path_fd(Path::new(DEV))? else {
-        return Ok(None);
+    // Only the rootfs's own `/dev` (what runc mounted there), never where an image
+    // link named `/dev` leads: that can be a volume's tmpfs. Without one, the links
+    // go through the rootfs, which keeps them on its own filesystem.
+    let fd = match open_no_symlinks(rootfs.root_fd(), Path::new(DEV)) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => return Ok(None),
+        Err(e) => return Err(err(e)),
     };
     let fs = statfs::fstatfs(&fd).map_err(err)?;
     if fs.filesystem_type() != statfs::TMPFS_MAGIC {

@@ -205,6 +205,28 @@ fn nvidia_docker2_installs_runs_gpus_upgrades_from_nvidia_and_purges() {
         json!({"log-level": "warn"}),
         "after purge"
     );
+    // A daemon.json docker cannot read either: the install says so and how to finish,
+    // and succeeds (dpkg is not left half-configured, failing every later apt run);
+    // the file stays byte for byte, through purge too.
+    let broken = "{\"log-level\": \"warn\",\n";
+    fs::write(ch.path(DAEMON_JSON), broken).unwrap();
+    let installed = ch.apt(&["install", DOCKER2]);
+    assert_eq!(ch.status(DOCKER2), ours, "{installed}");
+    assert!(
+        installed.contains("not valid JSON") && installed.contains("nvshim configure docker"),
+        "{installed}"
+    );
+    assert_eq!(
+        ch.read(DAEMON_JSON),
+        broken,
+        "install changed a broken daemon.json"
+    );
+    ch.apt(&["purge", DOCKER2]);
+    assert_eq!(
+        ch.read(DAEMON_JSON),
+        broken,
+        "purge changed a broken daemon.json"
+    );
 
     let said = format!(
         "{}{}",
