@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
@@ -20,7 +20,8 @@ use tracing_subscriber::{Layer, fmt};
 /// How a binary wants to log.
 #[derive(Debug, Clone, Default)]
 pub struct LogSettings {
-    /// `debug` on stderr instead of `warn` (`RUST_LOG` overrides either).
+    /// `debug` on stderr instead of `warn` (`RUST_LOG` overrides either: a level, or
+    /// `target=level` directives separated by commas).
     pub debug: bool,
     /// Also append events to this file.
     pub file: Option<PathBuf>,
@@ -59,8 +60,15 @@ pub fn init(settings: &LogSettings) -> Result<(), LoggingError> {
             None if settings.debug => "debug",
             None => "warn",
         };
-        let stderr_filter =
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+        // `Targets`, not `EnvFilter`: the same level and `target=level` directives
+        // without the span and field filters, so the static binaries link no regex
+        // engine (`EnvFilter` brings one, with hundreds of KB of Unicode tables).
+        let parse = |text: &str| text.parse::<Targets>().ok();
+        let stderr_filter = std::env::var("RUST_LOG")
+            .ok()
+            .and_then(|text| parse(&text))
+            .or_else(|| parse(default))
+            .unwrap_or_else(|| Targets::new().with_default(tracing::Level::WARN));
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
