@@ -63,9 +63,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# What CI runs: lint, the debug build, the tests with the release build and packages made
-# in the background at the lowest priority, then the package tests, the engine tests
-# again against the static runtime and hook, and a fuzz smoke run (scripts/test.sh).
+# What CI runs (scripts/test.sh): lint, the debug build, the static runtime and hook and
+# the packages (with the debug nvshim and device plugin: `make package` builds those for
+# release), every test, the engine tests again against the static binaries, a fuzz smoke run.
 test:
 	TEST_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) CARGO=$(CARGO) bash scripts/test.sh
 
