@@ -21,10 +21,11 @@ use super::mounts;
 use super::nodes::{self, Made};
 use super::ns::UserNamespace;
 use crate::discover::SymlinkEdit;
+use crate::inventory::DriverInfo;
 use crate::ldcache::Entry;
-use crate::rootfs::Rootfs;
 use crate::rootfs::fdpath::Created;
 use crate::rootfs::linker::{self, Refresh};
+use crate::rootfs::{Rootfs, compat};
 
 /// What [`apply`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,9 @@ impl Undo<'_> {
 pub struct Files<'a> {
     pub symlinks: &'a [SymlinkEdit],
     pub ldcache: &'a [Entry],
+    /// The host driver, when CUDA compat is on: the image's compat libraries then go
+    /// ahead of `ldcache`'s where NVIDIA's rule says so.
+    pub compat_host: Option<&'a DriverInfo>,
 }
 
 /// Applies `sources` and `files` to the rootfs at `rootfs_path` (as seen in the
@@ -93,7 +97,16 @@ pub fn apply(
     let result = apply_with(&rootfs, sources, user, &mut undo).and_then(|mut applied| {
         // Last: links and a file rewrite in the rootfs. Not undone (a replaced link
         // cannot be put back), but nothing else is left behind when they fail.
-        let (links, ldcache) = linker::install(&rootfs, files.symlinks, files.ldcache)?;
+        let prefer = match files.compat_host {
+            Some(host) => compat::preferred(
+                &rootfs,
+                &host.version,
+                host.cuda_version.as_deref(),
+                files.ldcache,
+            )?,
+            None => Vec::new(),
+        };
+        let (links, ldcache) = linker::install(&rootfs, files.symlinks, files.ldcache, &prefer)?;
         applied.symlinks += links;
         applied.ldcache = ldcache;
         Ok(applied)

@@ -52,7 +52,8 @@ pub fn run(
     if rootfs.is_host_root()? {
         return Err(LinkError::HostRoot(path));
     }
-    Ok(linker::install(&rootfs, links, entries)?)
+    // CDI specs carry their own `enable-cuda-compat` hook.
+    Ok(linker::install(&rootfs, links, entries, &[])?)
 }
 
 #[cfg(test)]

@@ -230,6 +230,10 @@ pub fn prestart(state: &[u8], config: &Config, nvml: NvmlAccess) -> Result<HookO
     let files = apply::Files {
         symlinks: &plan.symlinks,
         ldcache: &plan.ldcache,
+        compat_host: plan
+            .driver
+            .as_ref()
+            .filter(|_| crate::rootfs::compat::enabled(config)),
     };
     let applied = apply::apply(&rootfs, &sources, files, user)?;
     if container::covers_params(config) {

@@ -37,14 +37,17 @@ pub enum Refresh {
 
 /// The part of an injection that lives in the rootfs itself, shared by the runtime and
 /// the prestart hook: the driver's symlinks, then the linker cache merge. Returns how
-/// many links changed and what happened to the cache.
+/// many links changed and what happened to the cache. `prefer`: entries that go
+/// ahead of `add`'s with the same soname (the image's CUDA compat libraries, see
+/// [`super::compat::preferred`]).
 pub fn install(
     rootfs: &Rootfs,
     links: &[SymlinkEdit],
     add: &[Entry],
+    prefer: &[Entry],
 ) -> Result<(usize, Refresh), RootfsError> {
     let changed = rootfs.symlinks(links.iter().map(|l| (l.path.as_path(), l.target.as_str())))?;
-    let refresh = refresh(rootfs, add)?;
+    let refresh = refresh_preferring(rootfs, add, prefer)?;
     tracing::debug!(rootfs = %rootfs.path().display(), ?refresh, "container linker cache");
     Ok((changed, refresh))
 }
@@ -53,7 +56,17 @@ pub fn install(
 /// with the same key and flags (e.g. a stale `libcuda.so.1` from a CUDA compat
 /// package), so `ld.so` finds the host driver's library.
 pub fn refresh(rootfs: &Rootfs, add: &[Entry]) -> Result<Refresh, RootfsError> {
-    if add.is_empty() {
+    refresh_preferring(rootfs, add, &[])
+}
+
+/// [`refresh`], with `prefer`'s entries ahead of `add`'s for the same soname: `ld.so`
+/// takes the first usable entry of a key.
+pub fn refresh_preferring(
+    rootfs: &Rootfs,
+    add: &[Entry],
+    prefer: &[Entry],
+) -> Result<Refresh, RootfsError> {
+    if add.is_empty() && prefer.is_empty() {
         return Ok(Refresh::Unchanged);
     }
     let path = Path::new(CACHE_PATH);
@@ -74,13 +87,13 @@ pub fn refresh(rootfs: &Rootfs, add: &[Entry]) -> Result<Refresh, RootfsError> {
         format,
         ..
     } = existing.unwrap_or_default();
-    let merged = merge(&old, add);
+    let merged = merge(&old, add, prefer);
     if merged == old {
         return Ok(Refresh::Unchanged);
     }
     let bytes = ldcache::write_with_generator(format, &merged, GENERATOR);
     rootfs.replace(path, &bytes, 0o644)?;
-    for entry in add {
+    for entry in prefer.iter().chain(add) {
         tracing::debug!(key = %entry.key, value = %entry.value, "linker cache entry");
     }
     Ok(Refresh::Written {
@@ -90,16 +103,22 @@ pub fn refresh(rootfs: &Rootfs, add: &[Entry]) -> Result<Refresh, RootfsError> {
     })
 }
 
-/// `old` without the entries `add` supersedes, plus `add`, in `ldconfig`'s order.
-pub fn merge(old: &[Entry], add: &[Entry]) -> Vec<Entry> {
-    let mut merged: Vec<Entry> = old
-        .iter()
-        .filter(|e| {
-            !add.iter()
-                .any(|a| a.key == e.key && a.flags == e.flags && a.hwcap == e.hwcap)
-        })
-        .cloned()
-        .collect();
+/// `old` without the entries `prefer` and `add` supersede, plus `prefer` then `add`,
+/// in `ldconfig`'s order. The sort is stable, so of entries with the same key and
+/// flags, `prefer`'s come first.
+pub fn merge(old: &[Entry], add: &[Entry], prefer: &[Entry]) -> Vec<Entry> {
+    let mut merged: Vec<Entry> = prefer.to_vec();
+    merged.dedup();
+    merged.extend(
+        old.iter()
+            .filter(|e| {
+                !prefer
+                    .iter()
+                    .chain(add)
+                    .any(|a| a.key == e.key && a.flags == e.flags && a.hwcap == e.hwcap)
+            })
+            .cloned(),
+    );
     for entry in add {
         if !merged.contains(entry) {
             merged.push(entry.clone());
@@ -209,6 +228,33 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn preferred_entries_come_first_for_their_soname_and_replace_the_images() {
+        let compat = entry("libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1");
+        let old = vec![
+            entry("libcuda.so.1", "/usr/local/cuda/compat/libcuda.so.1"),
+            entry("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"),
+        ];
+        let merged = merge(&old, &ours(), std::slice::from_ref(&compat));
+        let libcuda: Vec<&str> = merged
+            .iter()
+            .filter(|e| e.key == "libcuda.so.1")
+            .map(|e| e.value.as_str())
+            .collect();
+        assert_eq!(
+            libcuda,
+            [
+                "/usr/local/cuda/compat/libcuda.so.1",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+            ]
+        );
+        assert_eq!(merged.len(), 4);
+        // Merging the result again changes nothing; without `prefer` the host wins alone.
+        assert_eq!(merge(&merged, &ours(), &[compat]), merged);
+        let plain = merge(&merged, &ours(), &[]);
+        assert_eq!(plain.iter().filter(|e| e.key == "libcuda.so.1").count(), 1);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! target, so a reader never sees half a file and a planted symlink at the target
 //! is replaced, not followed.
 
+pub mod compat;
+pub mod elf;
 pub mod fdpath;
 pub mod linker;
 

@@ -14,7 +14,7 @@ use crate::container::{self, ContainerError, Front, Preparation, Prepared};
 use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
 use crate::inject::{self, Applied, InjectError};
 use crate::pipeline::NvmlAccess;
-use crate::rootfs::{Rootfs, RootfsError, linker};
+use crate::rootfs::{Rootfs, RootfsError, compat, linker};
 
 /// What happened to the bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +91,16 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
     if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
         let rootfs = Rootfs::open(rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?)?;
-        linker::install(&rootfs, &plan.symlinks, &plan.ldcache)?;
+        let prefer = match plan.driver.as_ref().filter(|_| compat::enabled(config)) {
+            Some(host) => compat::preferred(
+                &rootfs,
+                &host.version,
+                host.cuda_version.as_deref(),
+                &plan.ldcache,
+            )?,
+            None => Vec::new(),
+        };
+        linker::install(&rootfs, &plan.symlinks, &plan.ldcache, &prefer)?;
     }
     let removed_hooks = inject::remove_legacy_hooks(loaded.doc.value_mut());
     let devices = request.devices.to_string();

@@ -18,7 +18,7 @@
 
 pub mod chmod;
 pub mod compat;
-pub mod elf;
+pub use crate::rootfs::elf;
 pub mod ldcache;
 pub mod profile;
 pub mod symlinks;
