@@ -270,3 +270,61 @@ fn an_unknown_gpu_fails_the_create_and_names_it() {
         "the rootfs's cache untouched"
     );
 }
+
+/// CUDA forward compatibility: an image's compat `libcuda` newer than the node's driver
+/// (550) goes ahead of the driver's in the container's linker cache; an older one, or
+/// NVIDIA's opt-out (`cuda-compat-mode = "disabled"`), leaves the driver's alone.
+#[test]
+fn cuda_compat_libraries_go_first_only_when_newer_and_not_opted_out() {
+    let e = setup();
+    let compat = e.rootfs.join("usr/local/cuda/compat");
+    fs::create_dir_all(&compat).unwrap();
+    let stub = e
+        .node
+        .sim
+        .lib_dir()
+        .join(format!("libcuda.so.{}", e.node.sim.library_version()));
+    let place = |version: &str| {
+        for entry in fs::read_dir(&compat).unwrap() {
+            fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        let name = format!("libcuda.so.{version}");
+        fs::copy(&stub, compat.join(&name)).unwrap();
+        std::os::unix::fs::symlink(&name, compat.join("libcuda.so.1")).unwrap();
+    };
+    // What `ldconfig -p` in the container lists for libcuda.so.1, in the cache's order.
+    let libcuda = |run: &Run| -> Vec<String> {
+        run.printed()
+            .section(2)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("libcuda.so.1 "))
+            .filter_map(|l| l.split("=> ").nth(1))
+            .map(str::to_owned)
+            .collect()
+    };
+    const COMPAT: &str = "/usr/local/cuda/compat/libcuda.so.1";
+
+    place("999.1.1");
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    ok(&run);
+    let found = libcuda(&run);
+    assert_eq!(found.len(), 2, "{}", run.stdout());
+    assert_eq!(found[0], COMPAT, "{}", run.stdout());
+
+    place("535.1.1");
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    ok(&run);
+    let found = libcuda(&run);
+    assert_eq!(found.len(), 1, "{}", run.stdout());
+    assert_ne!(found[0], COMPAT, "an older compat libcuda is not used");
+
+    place("999.1.1");
+    let config = e.dir.path().join("config.toml");
+    let mut text = fs::read_to_string(&config).unwrap();
+    text.push_str("\n[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"disabled\"\n");
+    fs::write(&config, text).unwrap();
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    ok(&run);
+    assert_eq!(libcuda(&run).len(), 1, "opted out: {}", run.stdout());
+    assert_ne!(libcuda(&run)[0], COMPAT);
+}
