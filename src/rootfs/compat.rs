@@ -42,10 +42,11 @@ pub enum Decision {
 /// Whether `config` leaves CUDA compat on: NVIDIA's opt-outs are
 /// `[nvidia-container-runtime.modes.legacy] cuda-compat-mode = "disabled"` and
 /// `[nvidia-container-runtime.modes.jit-cdi] nvcdi-disable-hooks` naming
-/// `enable-cuda-compat` or `all`.
+/// `enable-cuda-compat` or `all`, and `[features] disable-cuda-compat-lib-hook = true`.
 pub fn enabled(config: &Config) -> bool {
     let modes = &config.nvidia_container_runtime.modes;
-    modes.legacy.cuda_compat_mode != CudaCompatMode::Disabled
+    !config.features.disable_cuda_compat_lib_hook
+        && modes.legacy.cuda_compat_mode != CudaCompatMode::Disabled
         && !modes
             .jit_cdi
             .nvcdi_disable_hooks

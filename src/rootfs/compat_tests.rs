@@ -156,6 +156,9 @@ fn nvidias_opt_outs_turn_it_off() {
             .nvcdi_disable_hooks = vec![off.into()];
         assert!(!enabled(&config), "{off}");
     }
+    let mut config = Config::default();
+    config.features.disable_cuda_compat_lib_hook = true;
+    assert!(!enabled(&config));
     for (mode, on) in [
         (CudaCompatMode::Ldconfig, true),
         (CudaCompatMode::Hook, true),

@@ -505,3 +505,37 @@ fn requirements_are_checked_through_nvshim_with_nvml() {
     assert!(run.stderr().contains("cuda>=99.0"), "{}", run.stderr());
     assert!(!e.exists(&run.id), "the container must not exist");
 }
+
+/// CUDA forward compatibility through the prestart hook: an image's compat `libcuda`
+/// newer than the node's driver goes first in the container's linker cache, unless
+/// `[features] disable-cuda-compat-lib-hook` turns it off.
+#[test]
+fn a_newer_cuda_compat_libcuda_goes_first_unless_opted_out() {
+    let e = setup();
+    let compat = e.rootfs.join("usr/local/cuda/compat");
+    fs::create_dir_all(&compat).unwrap();
+    fs::write(compat.join("libcuda.so.999.1.1"), b"").unwrap();
+    std::os::unix::fs::symlink("libcuda.so.999.1.1", compat.join("libcuda.so.1")).unwrap();
+    let libcuda = |run: &Run| -> Vec<String> {
+        run.printed()
+            .section(2)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("libcuda.so.1 "))
+            .filter_map(|l| l.split("=> ").nth(1))
+            .map(str::to_owned)
+            .collect()
+    };
+    const COMPAT: &str = "/usr/local/cuda/compat/libcuda.so.1";
+
+    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    run.ok();
+    let found = libcuda(&run);
+    assert_eq!(found.len(), 2, "{}", run.stdout());
+    assert_eq!(found[0], COMPAT, "{}", run.stdout());
+
+    let config = e.config("\n[features]\ndisable-cuda-compat-lib-hook = true\n");
+    let run = e.run_with(&["NVIDIA_VISIBLE_DEVICES=0"], &config, |_, _| {});
+    run.ok();
+    assert_eq!(libcuda(&run).len(), 1, "opted out: {}", run.stdout());
+    assert_ne!(libcuda(&run)[0], COMPAT);
+}
