@@ -103,7 +103,7 @@ pub fn apply(
                 &host.version,
                 host.cuda_version.as_deref(),
                 files.ldcache,
-            )?,
+            ),
             None => Vec::new(),
         };
         let (links, ldcache) = linker::install(&rootfs, files.symlinks, files.ldcache, &prefer)?;

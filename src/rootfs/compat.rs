@@ -124,23 +124,30 @@ pub fn decide(
 
 /// The linker cache entries that put the image's compat libraries ahead of the host
 /// driver's `add`: for each of `add`'s sonames present in the default compat directory,
-/// `<dir>/<soname>` with the same flags. Empty when the rule says no, or when the host
-/// driver version is unknown or unreadable.
+/// `<dir>/<soname>` with the same flags. Empty when the rule says no, when the host
+/// driver version is unknown or unreadable, or when the image's compat directory cannot
+/// be read (a warning: an optional feature does not fail the container).
 pub fn preferred(
     rootfs: &Rootfs,
     host_driver: &str,
     host_cuda: Option<&str>,
     add: &[Entry],
-) -> Result<Vec<Entry>, RootfsError> {
+) -> Vec<Entry> {
     let Some(host_major) = major(host_driver) else {
         tracing::debug!(host_driver, "CUDA compat: no host driver branch; skipped");
-        return Ok(Vec::new());
+        return Vec::new();
     };
     let dir = Path::new(DEFAULT_COMPAT_ROOT);
-    let decision = decide(rootfs, host_major, host_cuda.unwrap_or_default(), dir)?;
+    let decision = match decide(rootfs, host_major, host_cuda.unwrap_or_default(), dir) {
+        Ok(decision) => decision,
+        Err(e) => {
+            tracing::warn!("CUDA compat skipped: {e}");
+            return Vec::new();
+        }
+    };
     let Decision::UseCompat { dir, library } = decision else {
         tracing::debug!(?decision, "CUDA compat");
-        return Ok(Vec::new());
+        return Vec::new();
     };
     let mut out: Vec<Entry> = Vec::new();
     for entry in add {
@@ -151,7 +158,7 @@ pub fn preferred(
         {
             continue;
         }
-        if entry.key.contains('/') || rootfs.path_fd(&path)?.is_none() {
+        if entry.key.contains('/') || !matches!(rootfs.path_fd(&path), Ok(Some(_))) {
             continue;
         }
         out.push(Entry {
@@ -162,7 +169,7 @@ pub fn preferred(
         });
     }
     tracing::debug!(%library, entries = out.len(), "CUDA compat libraries first");
-    Ok(out)
+    out
 }
 
 /// The section NVIDIA's compat `libcuda` carries.

@@ -42,7 +42,7 @@ fn a_newer_compat_libcuda_goes_ahead_of_the_hosts_for_the_sonames_it_has() {
         host("libnvidia-ml.so.1"),
         host("libnvidia-ptxjitcompiler.so.1"),
     ];
-    let prefer = preferred(&rootfs, "550.54.15", None, &add).unwrap();
+    let prefer = preferred(&rootfs, "550.54.15", None, &add);
     let pairs: Vec<(&str, &str)> = prefer
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()))
@@ -84,13 +84,9 @@ fn an_older_or_unsupported_compat_libcuda_leaves_the_host_first() {
     let tmp = tempfile::tempdir().unwrap();
     image(tmp.path(), "535.1.1", None);
     let rootfs = Rootfs::open(tmp.path()).unwrap();
-    assert!(
-        preferred(&rootfs, "550.54.15", None, &add)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(preferred(&rootfs, "550.54.15", None, &add).is_empty());
     // An unknown host driver branch decides nothing.
-    assert!(preferred(&rootfs, "", None, &add).unwrap().is_empty());
+    assert!(preferred(&rootfs, "", None, &add).is_empty());
 
     // The note lists the branches it runs on: 560 is not one, 550 is.
     let tmp = tempfile::tempdir().unwrap();
@@ -100,24 +96,13 @@ fn an_older_or_unsupported_compat_libcuda_leaves_the_host_first() {
         Some(br#"{"CUDA Version":"12.9","Driver":[535,550,570]}"#),
     );
     let rootfs = Rootfs::open(tmp.path()).unwrap();
-    assert!(
-        preferred(&rootfs, "560.35.03", None, &add)
-            .unwrap()
-            .is_empty()
-    );
-    assert_eq!(
-        preferred(&rootfs, "550.54.15", None, &add).unwrap().len(),
-        1
-    );
+    assert!(preferred(&rootfs, "560.35.03", None, &add).is_empty());
+    assert_eq!(preferred(&rootfs, "550.54.15", None, &add).len(), 1);
 
     // No compat directory at all.
     let tmp = tempfile::tempdir().unwrap();
     let rootfs = Rootfs::open(tmp.path()).unwrap();
-    assert!(
-        preferred(&rootfs, "550.54.15", None, &add)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(preferred(&rootfs, "550.54.15", None, &add).is_empty());
 }
 
 #[test]
@@ -133,11 +118,16 @@ fn a_compat_directory_linking_out_of_the_rootfs_stays_inside() {
     )
     .unwrap();
     let rootfs = Rootfs::open(tmp.path()).unwrap();
-    assert!(
-        preferred(&rootfs, "550.54.15", None, &[host("libcuda.so.1")])
-            .unwrap()
-            .is_empty()
-    );
+    assert!(preferred(&rootfs, "550.54.15", None, &[host("libcuda.so.1")]).is_empty());
+}
+
+#[test]
+fn an_unreadable_compat_directory_skips_without_failing() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir_all(tmp.path().join("usr/local/cuda")).unwrap();
+    symlink("compat", tmp.path().join("usr/local/cuda/compat")).unwrap();
+    let rootfs = Rootfs::open(tmp.path()).unwrap();
+    assert!(preferred(&rootfs, "550.54.15", None, &[host("libcuda.so.1")]).is_empty());
 }
 
 #[test]

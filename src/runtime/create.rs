@@ -97,7 +97,7 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
                 &host.version,
                 host.cuda_version.as_deref(),
                 &plan.ldcache,
-            )?,
+            ),
             None => Vec::new(),
         };
         linker::install(&rootfs, &plan.symlinks, &plan.ldcache, &prefer)?;
