@@ -25,10 +25,19 @@ struct E2e {
 }
 
 fn setup() -> E2e {
+    setup_with(None)
+}
+
+/// [`setup`], with the host program `install.0` copied to `install.1` in the rootfs.
+fn setup_with(install: Option<(&Path, &str)>) -> E2e {
     let node = node(&NodeSpec::standard(8));
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
-    node.sim.container_rootfs().build(&rootfs).unwrap();
+    let mut builder = node.sim.container_rootfs();
+    if let Some((host, inside)) = install {
+        builder = builder.install(host, inside);
+    }
+    builder.build(&rootfs).unwrap();
     let log = dir.path().join("runtime.log");
     fs::write(
         dir.path().join("config.toml"),
@@ -69,6 +78,11 @@ impl E2e {
 
     /// Runs SCRIPT in a fresh bundle with `env` through our runtime and real runc.
     fn run(&self, env: &[&str]) -> Run {
+        self.run_script(env, SCRIPT)
+    }
+
+    /// [`E2e::run`] with `script` in place of SCRIPT.
+    fn run_script(&self, env: &[&str], script: &str) -> Run {
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let id = format!("nvshim-e2e-{}-{n}", std::process::id());
         let bundle = self.dir.path().join(&id);
@@ -77,7 +91,7 @@ impl E2e {
             "MOCK_NVML_DEV_ROOT=/dev",
         ];
         all_env.extend_from_slice(env);
-        runc_bundle(&bundle, &self.rootfs, &["sh", "-c", SCRIPT], &all_env).unwrap();
+        runc_bundle(&bundle, &self.rootfs, &["sh", "-c", script], &all_env).unwrap();
         // The mock NVML reads the node's GPUs from its config: mount it in.
         let path = bundle.join("config.json");
         let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
@@ -274,9 +288,12 @@ fn an_unknown_gpu_fails_the_create_and_names_it() {
 /// CUDA forward compatibility: an image's compat `libcuda` newer than the node's driver
 /// (550) goes ahead of the driver's in the container's linker cache; an older one, or
 /// NVIDIA's opt-out (`cuda-compat-mode = "disabled"`), leaves the driver's alone.
+/// `dlprobe` in the container prints the file `dlopen("libcuda.so.1")` loaded.
 #[test]
 fn cuda_compat_libraries_go_first_only_when_newer_and_not_opted_out() {
-    let e = setup();
+    let scratch = tempfile::tempdir().unwrap();
+    let e = setup_with(Some((&dlprobe(scratch.path()), "/usr/bin/dlprobe")));
+    let script = format!("{SCRIPT}; echo ---; dlprobe");
     let compat = e.rootfs.join("usr/local/cuda/compat");
     fs::create_dir_all(&compat).unwrap();
     let stub = e
@@ -305,26 +322,74 @@ fn cuda_compat_libraries_go_first_only_when_newer_and_not_opted_out() {
     const COMPAT: &str = "/usr/local/cuda/compat/libcuda.so.1";
 
     place("999.1.1");
-    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    let run = e.run_script(&["NVIDIA_VISIBLE_DEVICES=0"], &script);
     ok(&run);
     let found = libcuda(&run);
     assert_eq!(found.len(), 2, "{}", run.stdout());
     assert_eq!(found[0], COMPAT, "{}", run.stdout());
+    assert_eq!(
+        run.printed().section(3).trim(),
+        COMPAT,
+        "dlopen: {}",
+        run.stdout()
+    );
 
     place("535.1.1");
-    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    let run = e.run_script(&["NVIDIA_VISIBLE_DEVICES=0"], &script);
     ok(&run);
     let found = libcuda(&run);
     assert_eq!(found.len(), 1, "{}", run.stdout());
     assert_ne!(found[0], COMPAT, "an older compat libcuda is not used");
+    assert_eq!(
+        run.printed().section(3).trim(),
+        found[0],
+        "dlopen: {}",
+        run.stdout()
+    );
 
     place("999.1.1");
     let config = e.dir.path().join("config.toml");
     let mut text = fs::read_to_string(&config).unwrap();
     text.push_str("\n[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"disabled\"\n");
     fs::write(&config, text).unwrap();
-    let run = e.run(&["NVIDIA_VISIBLE_DEVICES=0"]);
+    let run = e.run_script(&["NVIDIA_VISIBLE_DEVICES=0"], &script);
     ok(&run);
     assert_eq!(libcuda(&run).len(), 1, "opted out: {}", run.stdout());
     assert_ne!(libcuda(&run)[0], COMPAT);
+    assert_eq!(run.printed().section(3).trim(), libcuda(&run)[0], "dlopen");
+}
+
+/// Builds `dlprobe` with the host's gcc: it prints the path of the `libcuda.so.1` that
+/// `dlopen` loaded, as `ld.so` found it.
+fn dlprobe(dir: &Path) -> PathBuf {
+    const SRC: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+int main(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    struct link_map *m = 0;
+    if (!h) { printf("dlopen: %s\n", dlerror()); return 1; }
+    if (dlinfo(h, RTLD_DI_LINKMAP, &m) != 0 || !m) { printf("dlinfo failed\n"); return 1; }
+    printf("%s\n", m->l_name);
+    return 0;
+}
+"#;
+    let src = dir.join("dlprobe.c");
+    let bin = dir.join("dlprobe");
+    fs::write(&src, SRC).unwrap();
+    let out = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .expect("gcc (needed to build the dlopen probe)");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
 }
