@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use super::mig_access::{self, ENV_MIG_CONFIG_DEVICES, ENV_MIG_MONITOR_DEVICES, MigAccess};
 use super::{
     CDI_ANNOTATION_PREFIX, Condition, DeviceId, DeviceList, DeviceSource, DriverCapabilities,
     ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE, ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA,
@@ -92,6 +93,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             requirements: Vec::new(),
             source,
             ignored,
+            mig_access: MigAccess::default(),
         });
     }
     Ok(Request {
@@ -100,6 +102,11 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
         requirements: requirements(&env, policy)?,
         source,
         ignored,
+        mig_access: mig_access::build(
+            env.get(ENV_MIG_CONFIG_DEVICES),
+            env.get(ENV_MIG_MONITOR_DEVICES),
+            inputs.privileged,
+        )?,
     })
 }
 
