@@ -92,13 +92,14 @@ mod tests {
         };
         let ids = |s: &str| s.parse::<DeviceList>().unwrap();
         // (case, devices, access, selection, Ok(minors) or Err(message part))
-        let cases: [(
-            &str,
+        type Case<'a> = (
+            &'a str,
             DeviceList,
             MigAccess,
-            &Selection,
-            Result<Vec<u32>, &str>,
-        ); 6] = [
+            &'a Selection,
+            Result<Vec<u32>, &'a str>,
+        );
+        let cases: [Case; 6] = [
             (
                 "nothing asked",
                 ids("0"),
