@@ -15,7 +15,8 @@
 //! the log, unless `accept-nvidia-visible-devices-envvar-when-unprivileged`; that is
 //! the fix for any pod getting every GPU by setting `NVIDIA_VISIBLE_DEVICES=all`.
 //! As NVIDIA does, a container that asks for no devices is not a GPU container: its
-//! capability and requirement variables are not read, so junk there cannot fail it.
+//! capability, requirement and MIG access (`NVIDIA_MIG_{CONFIG,MONITOR}_DEVICES`, see
+//! `mig_access`) variables are not read, so junk there cannot fail it.
 
 use std::collections::BTreeMap;
 

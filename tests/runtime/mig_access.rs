@@ -2,7 +2,7 @@
 //! 2-GPU node whose GPU 0 (`/dev/nvidia1`) has MIG on with two instances: a privileged
 //! container (`CAP_SYS_ADMIN` in its bounding set) gets the MIG `monitor` capability
 //! node and its GPU's instance access nodes, each with a device cgroup rule; an
-//! unprivileged one is refused before runc creates anything.
+//! unprivileged one is refused before runc creates anything. No NVML is needed for it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -55,9 +55,10 @@ fn mig_monitor_gives_a_privileged_container_the_capability_nodes_and_refuses_oth
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
     node.sim.container_rootfs().build(&rootfs).unwrap();
+    let log = dir.path().join("runtime.log");
     fs::write(
         dir.path().join("config.toml"),
-        node.sim.runtime_config("runc", None),
+        node.sim.runtime_config("runc", Some(&log)),
     )
     .unwrap();
     let id = format!("nvshim-mig-{}", std::process::id());
@@ -100,6 +101,11 @@ fn mig_monitor_gives_a_privileged_container_the_capability_nodes_and_refuses_oth
             "no cgroup rule for nvidia-cap{minor}: {rules:#?}"
         );
     }
+
+    // Procfs and the dev root are enough: the runtime itself planned it, no NVML helper.
+    let log = fs::read_to_string(&log).unwrap();
+    assert!(log.contains("prepared bundle"), "{log}");
+    assert!(!log.contains("NVML helper"), "{log}");
 
     let refused = format!("{id}-unprivileged");
     let out = run(dir.path(), &rootfs, &refused, false);
