@@ -8,6 +8,8 @@
 //! means for this request, and which missing host files are fatal. A `void` request
 //! touches nothing on the host at all.
 
+mod mig_access;
+
 use std::fs;
 use std::path::PathBuf;
 
@@ -208,6 +210,7 @@ pub fn finish(ctx: &Context, staged: Staged) -> Result<Plan, PipelineError> {
         plan.edits.merge(&edits);
         plan.cdi_devices = cdi_devices;
     }
+    mig_access::add(&ctx.roots, &mut plan)?;
     Ok(plan)
 }
 

@@ -16,9 +16,14 @@ use super::ContainerCliError;
 use crate::discover::{self, FileKind, HostResources, Want};
 use crate::inventory::{Backend, Source};
 use crate::pipeline::{self, CdiFiles, Context, NvmlAccess};
-use crate::request::{Capability, DeviceList, DriverCapabilities, Request};
+use crate::request::{
+    Capability, DeviceList, DriverCapabilities, MigAccess, Request, parse_mig_access_flag,
+};
 use crate::roots::Roots;
 use crate::select;
+
+/// Where the driver lists the MIG `config` and `monitor` capabilities.
+const MIG_CAPS_PROC: &str = "/proc/driver/nvidia/capabilities/mig";
 
 /// Where NVIDIA's tool says IMEX channel `N` is.
 const IMEX_CHANNEL_DIR: &str = "/dev/nvidia-caps-imex-channels";
@@ -43,10 +48,10 @@ pub struct ListArgs {
     /// Enable 32bits compatibility.
     #[arg(long)]
     pub compat32: bool,
-    /// MIG devices to list config capabilities files for (not supported yet).
+    /// `all`: list the MIG config capability files of the listed GPUs.
     #[arg(long, value_name = "ID")]
     pub mig_config: Vec<String>,
-    /// MIG devices to list monitor capabilities files for (not supported yet).
+    /// `all`: list the MIG monitor capability files of the listed GPUs.
     #[arg(long, value_name = "ID")]
     pub mig_monitor: Vec<String>,
     /// IMEX channel ID(s) to inject.
@@ -106,14 +111,10 @@ pub(super) fn selected(args: &ListArgs) -> Selected {
 }
 
 pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), ContainerCliError> {
-    if !args.mig_config.is_empty() {
-        return Err(ContainerCliError::MigCapabilities { flag: "mig-config" });
-    }
-    if !args.mig_monitor.is_empty() {
-        return Err(ContainerCliError::MigCapabilities {
-            flag: "mig-monitor",
-        });
-    }
+    let access = MigAccess {
+        config: parse_mig_access_flag("--mig-config", &args.mig_config.join(","))?,
+        monitor: parse_mig_access_flag("--mig-monitor", &args.mig_monitor.join(","))?,
+    };
     let channels = imex_channels(&args.imex_channel)?;
     let what = selected(args);
     let devices = match &what.devices {
@@ -144,7 +145,72 @@ pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), Co
             selection: &selection,
         },
     )?;
+    let mig = mig_access(roots, &request.devices, access, &selection)?;
     write(&what, &channels, args, &resources, out)?;
+    write_mig_access(&mig, &resources, out)?;
+    Ok(())
+}
+
+/// For each of `--mig-config` / `--mig-monitor` asked for: the capability's proc file
+/// and the capability nodes a container would get for the listed GPUs (those that
+/// exist). NVIDIA's list prints them among the device nodes.
+fn mig_access(
+    roots: &Roots,
+    devices: &DeviceList,
+    access: MigAccess,
+    selection: &select::Selection,
+) -> Result<Vec<(&'static str, HostResources)>, ContainerCliError> {
+    let minors: Vec<u32> = select::mig_access_gpus(devices, access, selection)?
+        .iter()
+        .map(|g| g.minor)
+        .collect();
+    let mut out = Vec::new();
+    for (on, name, only) in [
+        (
+            access.config,
+            "config",
+            MigAccess {
+                config: true,
+                monitor: false,
+            },
+        ),
+        (
+            access.monitor,
+            "monitor",
+            MigAccess {
+                config: false,
+                monitor: true,
+            },
+        ),
+    ] {
+        if on && !minors.is_empty() {
+            let mut resources = HostResources::default();
+            discover::mig_access::discover(roots, only, &minors, &mut resources)?;
+            out.push((name, resources));
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn write_mig_access(
+    mig: &[(&'static str, HostResources)],
+    printed: &HostResources,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let mut seen: Vec<&std::path::Path> = printed
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_path())
+        .collect();
+    for (name, resources) in mig {
+        writeln!(out, "{MIG_CAPS_PROC}/{name}")?;
+        for node in &resources.device_nodes {
+            if !seen.contains(&node.path.as_path()) {
+                seen.push(&node.path);
+                writeln!(out, "{}", node.path.display())?;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -127,11 +127,6 @@ pub enum ContainerCliError {
     #[error("input error: invalid --imex-channel {0:?} (valid: channel numbers, e.g. 0,1)")]
     ImexChannel(String),
     #[error(
-        "--{flag} is not supported yet: nvshim lists the MIG devices' nodes with \
-         --device (e.g. --device=0:0)"
-    )]
-    MigCapabilities { flag: &'static str },
-    #[error(
         "configure is not part of nvshim: nvidia-container-runtime (or the \
          nvidia-container-runtime-hook prestart hook) gives containers their GPUs, and \
          CDI specs from `nvidia-ctk cdi generate` do it for podman and CRI-O"

@@ -93,7 +93,7 @@ fn bad_options_are_rejected_with_the_valid_form() {
         (
             "mig-config",
             "list --mig-config=0",
-            "--mig-config is not supported yet",
+            "invalid --mig-config \"0\": \"0\" is not supported (the only value is all",
         ),
         (
             "imex",
@@ -243,5 +243,44 @@ fn list_prints_nvidias_sections_in_nvidias_order() {
             .unwrap()
             .starts_with("/drv/usr/lib/libcuda.so.1.2\n/drv/run/nvidia-persistenced/socket\n"),
         "no devices, no binaries, persistenced kept"
+    );
+}
+
+#[test]
+fn mig_access_lists_the_proc_file_then_new_nodes() {
+    let node = |minor: u64| DeviceNode {
+        path: format!("/dev/nvidia-caps/nvidia-cap{minor}").into(),
+        host_path: format!("/node/dev/nvidia-caps/nvidia-cap{minor}").into(),
+        major: 511,
+        minor,
+        mode: 0o444,
+        uid: 0,
+        gid: 0,
+    };
+    let printed = HostResources {
+        device_nodes: vec![node(12)],
+        ..HostResources::default()
+    };
+    let config = HostResources {
+        device_nodes: vec![node(1), node(12), node(13)],
+        ..HostResources::default()
+    };
+    let monitor = HostResources {
+        device_nodes: vec![node(2), node(13)],
+        ..HostResources::default()
+    };
+    let mut out = Vec::new();
+    list::write_mig_access(
+        &[("config", config), ("monitor", monitor)],
+        &printed,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "/proc/driver/nvidia/capabilities/mig/config\n/dev/nvidia-caps/nvidia-cap1\n\
+         /dev/nvidia-caps/nvidia-cap13\n/proc/driver/nvidia/capabilities/mig/monitor\n\
+         /dev/nvidia-caps/nvidia-cap2\n",
+        "each node once, the --device section's nodes not again"
     );
 }

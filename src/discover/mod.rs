@@ -8,6 +8,7 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
+pub mod mig_access;
 mod nodes;
 pub mod params;
 pub mod resolve;

@@ -73,14 +73,14 @@ pub enum K8sConfigError {
         #[source]
         source: Box<K8sConfigError>,
     },
-    #[error("{at}: {key}: true is not supported by nvshim")]
-    UnsupportedFlag { at: FileSpot, key: &'static str },
     #[error(
         "{at}: flags.plugin.sharedDevicesAllocationPolicy: {value:?} is not supported by nvshim (valid: distributed)"
     )]
     AllocationPolicy { at: FileSpot, value: String },
-    #[error("{at}: imex.channelIDs: IMEX channels are not supported by nvshim (valid: [])")]
-    ImexChannels { at: FileSpot },
+    #[error(
+        "{at}: imex.channelIDs: {value} is not a valid channel list (valid: [] or [0], as in NVIDIA's plugin)"
+    )]
+    ImexChannels { at: FileSpot, value: String },
     #[error(
         "{at}: resources: resource renaming is not supported (NVIDIA's plugin disables it too); remove the key"
     )]

@@ -51,6 +51,14 @@ pub struct FileSettings {
     pub discovery: Option<DiscoveryStrategy>,
     /// gpu-feature-discovery's keys, for `nvshim labels`.
     pub gfd: GfdFileSettings,
+    /// `flags.gdrcopyEnabled`, `flags.gdsEnabled`, `flags.mofedEnabled`.
+    pub gdrcopy_enabled: Option<bool>,
+    pub gds_enabled: Option<bool>,
+    pub mofed_enabled: Option<bool>,
+    /// `imex.channelIDs`: `[]` or `[0]` (NVIDIA's rule).
+    pub imex_channel_ids: Option<Vec<u32>>,
+    /// `imex.required`.
+    pub imex_required: Option<bool>,
 }
 
 /// `flags.gfd.*` and `flags.useNodeFeatureAPI`: what gpu-feature-discovery reads from
@@ -159,10 +167,10 @@ struct RawSharedResource {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawImex {
+    /// Signed, so that `-1` gets our message rather than a type error.
     #[serde(rename = "channelIDs")]
-    channel_ids: Option<Spanned<Vec<IgnoredAny>>>,
-    #[serde(rename = "required")]
-    _required: Option<bool>,
+    channel_ids: Option<Spanned<Vec<i64>>>,
+    required: Option<bool>,
 }
 
 /// A Go duration as NVIDIA's config reads it: a string (`60s`) or a number of
@@ -315,16 +323,27 @@ impl Checker<'_> {
                 });
             }
         }
-        if let Some(imex) = &raw.imex
-            && let Some(ids) = &imex.channel_ids
-            && !ids.value.is_empty()
-        {
-            return Err(K8sConfigError::ImexChannels { at: self.at(ids) });
-        }
         let mut out = match raw.flags {
             Some(flags) => self.flags(flags)?,
             None => FileSettings::default(),
         };
+        if let Some(imex) = &raw.imex {
+            if let Some(ids) = &imex.channel_ids {
+                // NVIDIA's plugin takes no channel or channel 0, nothing else.
+                if !matches!(ids.value.as_slice(), [] | [0]) {
+                    return Err(K8sConfigError::ImexChannels {
+                        at: self.at(ids),
+                        value: format!("{:?}", ids.value),
+                    });
+                }
+                out.imex_channel_ids = Some(if ids.value.is_empty() {
+                    vec![]
+                } else {
+                    vec![0]
+                });
+            }
+            out.imex_required = imex.required;
+        }
         if let Some(sharing) = raw.sharing {
             let chosen = match (sharing.time_slicing, sharing.mps) {
                 // NVIDIA's plugin quietly prefers MPS; a config that says both means one
@@ -348,20 +367,6 @@ impl Checker<'_> {
     }
 
     fn flags(&self, flags: RawFlags) -> Result<FileSettings, K8sConfigError> {
-        for (key, switch) in [
-            ("flags.gdrcopyEnabled", &flags.gdrcopy_enabled),
-            ("flags.gdsEnabled", &flags.gds_enabled),
-            ("flags.mofedEnabled", &flags.mofed_enabled),
-        ] {
-            if let Some(on) = switch
-                && on.value
-            {
-                return Err(K8sConfigError::UnsupportedFlag {
-                    at: self.at(on),
-                    key,
-                });
-            }
-        }
         let discovery: Option<DiscoveryStrategy> = self.parsed(
             flags.device_discovery_strategy.as_ref(),
             "flags.deviceDiscoveryStrategy",
@@ -385,6 +390,9 @@ impl Checker<'_> {
             driver_root: non_empty(flags.nvidia_driver_root).map(PathBuf::from),
             dev_root: non_empty(flags.nvidia_dev_root).map(PathBuf::from),
             discovery,
+            gdrcopy_enabled: flags.gdrcopy_enabled.map(|on| on.value),
+            gds_enabled: flags.gds_enabled.map(|on| on.value),
+            mofed_enabled: flags.mofed_enabled.map(|on| on.value),
             ..FileSettings::default()
         };
         out.gfd.use_node_feature_api = flags.use_node_feature_api;

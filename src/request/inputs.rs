@@ -15,10 +15,12 @@
 //! the log, unless `accept-nvidia-visible-devices-envvar-when-unprivileged`; that is
 //! the fix for any pod getting every GPU by setting `NVIDIA_VISIBLE_DEVICES=all`.
 //! As NVIDIA does, a container that asks for no devices is not a GPU container: its
-//! capability and requirement variables are not read, so junk there cannot fail it.
+//! capability, requirement and MIG access (`NVIDIA_MIG_{CONFIG,MONITOR}_DEVICES`, see
+//! `mig_access`) variables are not read, so junk there cannot fail it.
 
 use std::collections::BTreeMap;
 
+use super::mig_access::{self, ENV_MIG_CONFIG_DEVICES, ENV_MIG_MONITOR_DEVICES, MigAccess};
 use super::{
     CDI_ANNOTATION_PREFIX, Condition, DeviceId, DeviceList, DeviceSource, DriverCapabilities,
     ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE, ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA,
@@ -92,6 +94,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             requirements: Vec::new(),
             source,
             ignored,
+            mig_access: MigAccess::default(),
         });
     }
     Ok(Request {
@@ -100,6 +103,11 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
         requirements: requirements(&env, policy)?,
         source,
         ignored,
+        mig_access: mig_access::build(
+            env.get(ENV_MIG_CONFIG_DEVICES),
+            env.get(ENV_MIG_MONITOR_DEVICES),
+            inputs.privileged,
+        )?,
     })
 }
 

@@ -15,6 +15,7 @@
 mod capabilities;
 mod devices;
 mod inputs;
+mod mig_access;
 mod require;
 
 #[cfg(test)]
@@ -29,6 +30,9 @@ use serde::Serialize;
 pub use capabilities::{Capability, DriverCapabilities};
 pub use devices::{DeviceId, DeviceList, normalize_bus_id};
 pub use inputs::{ContainerInputs, InputMount, RequestPolicy, build};
+pub use mig_access::{
+    ENV_MIG_CONFIG_DEVICES, ENV_MIG_MONITOR_DEVICES, MigAccess, parse_flag as parse_mig_access_flag,
+};
 pub use require::{Condition, ConditionError, Op, RequireKey, Requirement, compare_versions};
 
 // NVIDIA's strings, spelled exactly as their tools read them.
@@ -132,6 +136,21 @@ pub enum RequestError {
         value: Quoted,
         condition: Quoted,
         problem: Box<ConditionError>,
+    },
+    /// NVIDIA's hook: "cannot set MIG_CONFIG_DEVICES in non privileged container".
+    #[error(
+        "cannot set {variable} in a non-privileged container: configuring or monitoring \
+         MIG needs CAP_SYS_ADMIN in the container's bounding set (a privileged container)"
+    )]
+    MigAccessUnprivileged { variable: &'static str },
+    #[error(
+        "invalid {variable} {value}: {element} is not supported (the only value is all: \
+         every GPU the container gets)"
+    )]
+    InvalidMigAccess {
+        variable: &'static str,
+        element: Quoted,
+        value: Quoted,
     },
 }
 
@@ -246,6 +265,9 @@ pub struct Request {
     /// Set when an env request was dropped by policy (then `devices` is `Void`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ignored: Option<IgnoredRequest>,
+    /// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` (GPU containers only).
+    #[serde(default, skip_serializing_if = "MigAccess::is_none")]
+    pub mig_access: MigAccess,
 }
 
 impl Request {
@@ -257,6 +279,7 @@ impl Request {
             requirements: Vec::new(),
             source: DeviceSource::Explicit,
             ignored: None,
+            mig_access: MigAccess::default(),
         }
     }
 }

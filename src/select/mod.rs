@@ -8,6 +8,7 @@
 //! driver and the selected GPUs.
 
 mod check;
+mod mig_access;
 
 use std::fmt::Write as _;
 
@@ -17,6 +18,7 @@ use crate::inventory::{Gpu, Inventory, MigDevice};
 use crate::request::{DeviceId, DeviceList, Quoted};
 
 pub use check::{Facts, GpuFacts, check};
+pub use mig_access::mig_access_gpus;
 
 /// CDI kinds whose device names we resolve ourselves (the JIT-CDI vocabulary), with
 /// the kind the device plugin's `cdi-annotations` and `cdi-cri` strategies name
@@ -86,6 +88,9 @@ pub enum SelectError {
         requirement: Quoted,
         missing: String,
     },
+    /// NVIDIA's "cannot enable mig-config with specific MIG devices selected".
+    #[error("{variable} cannot be combined with particular MIG devices: request full GPUs or all")]
+    MigAccessWithMigDevices { variable: &'static str },
 }
 
 /// Resolves `list` against `inventory`. `Void` and `None` select nothing.

@@ -163,6 +163,18 @@ fn container_cli_list_prints_absolute_paths_from_discovery() {
         !one.contains(".so."),
         "--device alone lists no libraries:\n{one}"
     );
+    // The MIG monitor capability after the device nodes: its proc file, then its node.
+    let monitor = n.ok(
+        "nvidia-container-cli",
+        &["list", "--device=1", "--mig-monitor=all"],
+    );
+    assert!(
+        monitor.ends_with(
+            "/dev/nvidia0\n/proc/driver/nvidia/capabilities/mig/monitor\n\
+             /dev/nvidia-caps/nvidia-cap2\n"
+        ),
+        "{monitor}"
+    );
 }
 
 #[test]

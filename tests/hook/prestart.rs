@@ -506,6 +506,37 @@ fn requirements_are_checked_through_nvshim_with_nvml() {
     assert!(!e.exists(&run.id), "the container must not exist");
 }
 
+/// `NVIDIA_MIG_CONFIG_DEVICES=all` through the prestart hook, in a privileged container
+/// (`CAP_SYS_ADMIN` in its bounding set): the MIG `config` capability node is created and
+/// the device cgroup lets it be opened; the `monitor` one is not asked for.
+#[test]
+fn mig_config_gives_a_privileged_container_the_config_capability() {
+    let e = setup();
+    let env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"];
+    let run = e.run_with(&env, &e.config(""), |_, spec| {
+        let caps = &mut spec["process"]["capabilities"];
+        for set in ["bounding", "effective", "permitted"] {
+            let list = caps[set].as_array_mut().unwrap();
+            list.push("CAP_SYS_ADMIN".into());
+            // The config node is 0400: opening it read-write needs what root has in a
+            // privileged container.
+            list.push("CAP_DAC_OVERRIDE".into());
+        }
+        spec["process"]["args"] = json!([
+            "sh",
+            "-c",
+            "openprobe /dev/nvidia-caps/nvidia-cap1 /dev/nvidia-caps/nvidia-cap2 /dev/nvidia0"
+        ]);
+    });
+    run.ok();
+    assert_eq!(
+        run.stdout(),
+        "/dev/nvidia-caps/nvidia-cap1 ENXIO\n/dev/nvidia-caps/nvidia-cap2 ENOENT\n\
+         /dev/nvidia0 ENXIO\n",
+        "ENXIO: created and allowed by the device cgroup"
+    );
+}
+
 /// CUDA forward compatibility through the prestart hook: an image's compat `libcuda`
 /// newer than the node's driver goes first in the container's linker cache, unless
 /// `[features] disable-cuda-compat-lib-hook` turns it off.

@@ -3,8 +3,8 @@
 //! gets, shaped by the device-list strategies exactly as NVIDIA's plugin shapes it
 //! (env var, `/dev/null` volume mounts, CDI annotations, CRI CDI devices, device
 //! specs), plus, for an MPS-shared resource, the daemon's pipe directory, shm and
-//! limits. Pure: the only I/O is a `stat` of the optional control nodes when
-//! `pass-device-specs` is on.
+//! limits, and NVIDIA's extras (GDS, MOFED, GDRCopy, IMEX channels). Pure: the only
+//! I/O is a `stat` of the optional control nodes when `pass-device-specs` is on.
 //!
 //! The result is plain data; the server turns it into the kubelet's protobuf
 //! `ContainerAllocateResponse`. This module knows nothing of gRPC.
@@ -16,10 +16,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DeviceListStrategy, Settings};
+use crate::imex;
 use crate::mps::{self, Limits};
 use crate::resources::{Device, Resource, ResourceIndex, Unit};
 use nvshim::discover::table::CONTROL_NODE;
-use nvshim::request::{ENV_VISIBLE_DEVICES, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE};
+use nvshim::request::{
+    ENV_VISIBLE_DEVICES, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE,
+};
 
 /// The vendor and class of the CDI devices NVIDIA's plugin generates its spec for:
 /// names are `k8s.device-plugin.nvidia.com/gpu=<runtime id>` for GPUs and MIG devices
@@ -39,6 +42,14 @@ pub const CONTROL_NODES: [&str; 4] = [
 ];
 /// The permissions of every device spec.
 pub const DEVICE_PERMISSIONS: &str = "rw";
+/// The env vars NVIDIA's plugin sets to `enabled` for `--gdrcopy-enabled`,
+/// `--gds-enabled` and `--mofed-enabled`, and the one that lists the IMEX channels
+/// (envvar strategy).
+pub const ENV_GDRCOPY: &str = "NVIDIA_GDRCOPY";
+pub const ENV_GDS: &str = "NVIDIA_GDS";
+pub const ENV_MOFED: &str = "NVIDIA_MOFED";
+pub const ENV_IMEX_CHANNELS: &str = "NVIDIA_IMEX_CHANNELS";
+const ENABLED: &str = "enabled";
 
 /// What one container gets, mirroring the kubelet's `ContainerAllocateResponse`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +254,19 @@ pub fn allocate(
             })?;
         add_mps(&mut out, resource, root, &units);
     }
+    // NVIDIA's plugin sets these whatever the strategies; the runtime on the node
+    // injects the class's devices. (Its CDI names `…/gds=all` etc. need a spec for the
+    // class, which this plugin does not write.)
+    let classes = &settings.device_classes;
+    for (on, name) in [
+        (classes.gdrcopy, ENV_GDRCOPY),
+        (classes.gds, ENV_GDS),
+        (classes.mofed, ENV_MOFED),
+    ] {
+        if on {
+            out.envs.insert(name.to_string(), ENABLED.to_string());
+        }
+    }
     let only_cdi = strategies.iter().all(|s| {
         matches!(
             s,
@@ -254,9 +278,15 @@ pub fn allocate(
         // pass-device-specs is ignored.
         return Ok(out);
     }
+    let channels = &settings.imex.channel_ids;
     if has(DeviceListStrategy::Envvar) {
         out.envs
             .insert(ENV_VISIBLE_DEVICES.to_string(), runtime_ids.join(","));
+        if !channels.is_empty() {
+            let ids: Vec<String> = channels.iter().map(u32::to_string).collect();
+            out.envs
+                .insert(ENV_IMEX_CHANNELS.to_string(), ids.join(","));
+        }
     }
     if has(DeviceListStrategy::VolumeMounts) {
         out.envs.insert(
@@ -269,9 +299,26 @@ pub fn allocate(
                 host_path: VOLUME_MOUNT_SOURCE.to_string(),
                 read_only: false,
             }));
+        out.mounts.extend(channels.iter().map(|id| AllocatedMount {
+            container_path: format!("{VOLUME_MOUNT_ROOT}/{VOLUME_MOUNT_IMEX_PREFIX}{id}"),
+            host_path: VOLUME_MOUNT_SOURCE.to_string(),
+            read_only: false,
+        }));
     }
     if settings.pass_device_specs {
         out.devices = device_specs(&settings.dev_root, &units);
+        out.devices.extend(channels.iter().map(|id| {
+            let path = imex::channel_path(*id);
+            AllocatedDeviceSpec {
+                host_path: settings
+                    .dev_root
+                    .join(path.trim_start_matches('/'))
+                    .display()
+                    .to_string(),
+                container_path: path,
+                permissions: DEVICE_PERMISSIONS.to_string(),
+            }
+        }));
     }
     Ok(out)
 }

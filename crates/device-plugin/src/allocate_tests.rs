@@ -177,6 +177,111 @@ fn every_strategy_shape() {
     }
 }
 
+/// NVIDIA's extras: the class switches as `enabled` env vars whatever the strategy
+/// (CDI-only too), IMEX channels as `NVIDIA_IMEX_CHANNELS`, `imex/<id>` mounts and
+/// device specs.
+#[test]
+fn gds_mofed_gdrcopy_and_imex_channels_by_strategy() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    let g1 = gpu_uuid(1);
+    let request = strings(&[&g1]);
+    let imex_mount = AllocatedMount {
+        container_path: "/var/run/nvidia-container-devices/imex/0".to_string(),
+        host_path: "/dev/null".to_string(),
+        read_only: false,
+    };
+    // (case, strategies, gdrcopy, gds, mofed, IMEX channels, device specs, want)
+    type Case = (
+        &'static str,
+        Vec<S>,
+        [bool; 3],
+        Vec<u32>,
+        bool,
+        ContainerAllocation,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "envvar, gds, channel 0, device specs",
+            vec![S::Envvar],
+            [false, true, false],
+            vec![0],
+            true,
+            ContainerAllocation {
+                envs: map(&[
+                    ("NVIDIA_GDS", "enabled"),
+                    ("NVIDIA_IMEX_CHANNELS", "0"),
+                    ("NVIDIA_VISIBLE_DEVICES", &g1),
+                ]),
+                devices: vec![
+                    spec(root, "/dev/nvidia1"),
+                    spec(root, "/dev/nvidia-caps-imex-channels/channel0"),
+                ],
+                ..Default::default()
+            },
+        ),
+        (
+            "volume-mounts, gdrcopy and mofed, channel 0",
+            vec![S::VolumeMounts],
+            [true, false, true],
+            vec![0],
+            false,
+            ContainerAllocation {
+                envs: map(&[
+                    ("NVIDIA_GDRCOPY", "enabled"),
+                    ("NVIDIA_MOFED", "enabled"),
+                    (
+                        "NVIDIA_VISIBLE_DEVICES",
+                        "/var/run/nvidia-container-devices",
+                    ),
+                ]),
+                mounts: vec![mount(&g1), imex_mount],
+                ..Default::default()
+            },
+        ),
+        (
+            "cdi-cri only: the env vars still, no channel",
+            vec![S::CdiCri],
+            [true, true, true],
+            vec![],
+            true,
+            ContainerAllocation {
+                envs: map(&[
+                    ("NVIDIA_GDRCOPY", "enabled"),
+                    ("NVIDIA_GDS", "enabled"),
+                    ("NVIDIA_MOFED", "enabled"),
+                ]),
+                cdi_devices: strings(&[&format!("{CDI_KIND}={g1}")]),
+                ..Default::default()
+            },
+        ),
+        (
+            "all off: nothing extra",
+            vec![S::Envvar],
+            [false, false, false],
+            vec![],
+            false,
+            ContainerAllocation {
+                envs: map(&[("NVIDIA_VISIBLE_DEVICES", &g1)]),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (case, strategies, [gdrcopy, gds, mofed], channels, pass_specs, want) in cases {
+        let mut s = settings(&strategies, root);
+        s.pass_device_specs = pass_specs;
+        s.device_classes = crate::config::DeviceClasses {
+            gdrcopy,
+            gds,
+            mofed,
+        };
+        s.imex.channel_ids = channels;
+        let (r, index) = resource(&gpus(8), &s);
+        let got = allocate(&r, &index, &request, &s, &all_healthy).unwrap();
+        assert_eq!(got, want, "{case}");
+    }
+}
+
 #[test]
 fn cdi_annotation_key() {
     let root = Path::new("/");

@@ -14,6 +14,7 @@
 //! resources   Inventory × Settings → Vec<Resource> (device ids, replicas, MIG, NUMA)
 //! health      NVML XID events → HealthBoard (per physical unit, recovers on re-probe)
 //! http2       the :authority fix in front of h2 (any client's socket-path authority works)
+//! imex        the IMEX channels that exist, checked at start
 //! allocate    ids → what the container gets, by device-list strategy
 //! cdi_spec    the CDI spec file that defines the names the cdi-* strategies hand out
 //! mps         MPS sharing: NVIDIA's paths and limits
@@ -40,6 +41,7 @@ pub mod api;
 pub mod cdi_spec;
 pub mod config;
 pub mod health;
+pub mod imex;
 /// The `:authority` fix, its own crate (sans-IO, no async stack: the fuzz target links it alone).
 pub use nvshim_http2_authority as http2;
 pub mod metrics;

@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use super::cdi_spec::{self, CdiSpecError, DriverView, SpecFile, Synced};
 use super::config::{self, PluginArgs, PluginConfigError, Settings};
 use super::health::{self, HealthBoard, WatchOptions};
+use super::imex::{self, ImexError};
 use super::metrics::Metrics;
 use super::resources::{self, Resource, ResourceError};
 use super::server::{self, Node, ServerError};
@@ -50,6 +51,8 @@ pub enum PluginError {
     Server(#[from] ServerError),
     #[error(transparent)]
     CdiSpec(#[from] CdiSpecError),
+    #[error(transparent)]
+    Imex(#[from] ImexError),
 }
 
 /// The running health thread of one [`Node`]; stopped on drop (and on rebuild).
@@ -157,8 +160,8 @@ struct Built {
 }
 
 fn build(settings: Settings, metrics: &Metrics) -> Result<Built, PluginError> {
-    let settings = Arc::new(settings);
     let view = DriverView::of(&settings);
+    let settings = Arc::new(imex::existing(settings, &view.seen.dev)?);
     match discover(&settings, &view) {
         Ok((nvml, inventory, resources)) => {
             let cdi_spec = cdi_spec::build(&settings, &view, &inventory, &resources)?;

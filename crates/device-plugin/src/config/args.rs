@@ -66,15 +66,15 @@ pub const ENV_LOG_LEVEL: &str = "NVSHIM_LOG_LEVEL";
 pub const ENV_DISABLE_HEALTHCHECKS: &str = "DP_DISABLE_HEALTHCHECKS";
 /// XIDs that always mark a device unhealthy (`all`, or a comma list).
 pub const ENV_ENABLE_HEALTHCHECKS: &str = "DP_ENABLE_HEALTHCHECKS";
-/// NVIDIA's GPUDirect RDMA copy switch; nvshim rejects `true`.
+/// NVIDIA's GPUDirect RDMA copy (GDRCopy) switch.
 pub const ENV_GDRCOPY_ENABLED: &str = "GDRCOPY_ENABLED";
-/// NVIDIA's GPUDirect Storage switch; nvshim rejects `true`.
+/// NVIDIA's GPUDirect Storage switch.
 pub const ENV_GDS_ENABLED: &str = "GDS_ENABLED";
-/// NVIDIA's MOFED switch; nvshim rejects `true`.
+/// NVIDIA's MOFED switch.
 pub const ENV_MOFED_ENABLED: &str = "MOFED_ENABLED";
-/// NVIDIA's IMEX channel list; nvshim rejects a non-empty one.
+/// NVIDIA's IMEX channel list (none, or 0).
 pub const ENV_IMEX_CHANNEL_IDS: &str = "IMEX_CHANNEL_IDS";
-/// NVIDIA's IMEX switch: the listed channels must exist (no channels: no effect).
+/// NVIDIA's IMEX switch: the listed channels must exist.
 pub const ENV_IMEX_REQUIRED: &str = "IMEX_REQUIRED";
 /// NVIDIA's discovery switch (`auto|nvml|tegra`); nvshim accepts `auto` and `nvml`.
 pub const ENV_DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
@@ -249,7 +249,7 @@ pub struct PluginArgs {
     #[arg(long, global = true, value_name = "POLICY")]
     pub shared_devices_allocation_policy: Option<String>,
 
-    /// NVIDIA's GDRCopy switch; true is not supported yet [env: GDRCOPY_ENABLED]
+    /// Give containers GDRCopy (NVIDIA_GDRCOPY=enabled) [env: GDRCOPY_ENABLED]
     /// [default: false]
     #[arg(
         global = true,
@@ -262,7 +262,7 @@ pub struct PluginArgs {
     )]
     pub gdrcopy_enabled: Option<bool>,
 
-    /// NVIDIA's GPUDirect Storage switch; true is not supported yet [env: GDS_ENABLED]
+    /// Give containers GPUDirect Storage (NVIDIA_GDS=enabled) [env: GDS_ENABLED]
     /// [default: false]
     #[arg(
         global = true,
@@ -275,7 +275,7 @@ pub struct PluginArgs {
     )]
     pub gds_enabled: Option<bool>,
 
-    /// NVIDIA's MOFED switch; true is not supported yet [env: MOFED_ENABLED]
+    /// Give containers the MOFED devices (NVIDIA_MOFED=enabled) [env: MOFED_ENABLED]
     /// [default: false]
     #[arg(
         global = true,
@@ -288,8 +288,8 @@ pub struct PluginArgs {
     )]
     pub mofed_enabled: Option<bool>,
 
-    /// IMEX channels to inject ([] or [0]); channels are not supported yet, so any is
-    /// an error; repeatable and comma-separated [env: IMEX_CHANNEL_IDS] [default: none]
+    /// IMEX channels to give containers: none or 0 (NVIDIA's rule); repeatable and
+    /// comma-separated [env: IMEX_CHANNEL_IDS] [default: none]
     #[arg(
         long,
         global = true,
@@ -299,7 +299,7 @@ pub struct PluginArgs {
     )]
     pub imex_channel_ids: Option<Vec<i64>>,
 
-    /// The IMEX channels listed must exist (no channels: no effect)
+    /// Fail the start when a listed IMEX channel does not exist (else it is left out)
     /// [env: IMEX_REQUIRED] [default: false]
     #[arg(
         global = true,

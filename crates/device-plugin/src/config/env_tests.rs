@@ -165,7 +165,7 @@ fn env_vars() {
 
 #[test]
 fn env_errors() {
-    let cases: [ErrorCase; 15] = [
+    let cases: [ErrorCase; 14] = [
         (
             "relative MPS_ROOT",
             &[("MPS_ROOT", "run/mps")],
@@ -217,17 +217,9 @@ fn env_errors() {
             &["NVSHIM_METRICS_ADDR", "\"9400\"", ":PORT"],
         ),
         (
-            "gdrcopy",
-            &[("GDRCOPY_ENABLED", "true")],
-            &[
-                "GDRCOPY_ENABLED=\"true\"",
-                "nvshim does not support GPUDirect RDMA",
-            ],
-        ),
-        (
-            "gds",
-            &[("GDS_ENABLED", "1")],
-            &["GDS_ENABLED", "does not support GPUDirect Storage"],
+            "gdrcopy bad bool",
+            &[("GDRCOPY_ENABLED", "enabled")],
+            &["GDRCOPY_ENABLED", "\"enabled\" is not a boolean"],
         ),
         (
             "mofed bad bool",
@@ -235,12 +227,9 @@ fn env_errors() {
             &["MOFED_ENABLED", "\"on\" is not a boolean"],
         ),
         (
-            "imex",
-            &[("IMEX_CHANNEL_IDS", "0")],
-            &[
-                "IMEX_CHANNEL_IDS=\"0\"",
-                "nvshim does not support IMEX channels",
-            ],
+            "imex channel 1",
+            &[("IMEX_CHANNEL_IDS", "1")],
+            &["IMEX_CHANNEL_IDS", "\"1\"", "no channel, or 0"],
         ),
         (
             "tegra",

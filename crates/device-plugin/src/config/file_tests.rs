@@ -177,9 +177,25 @@ fn file_keys() {
             }),
         ),
         (
-            "imex off",
+            "imex off, required",
             "imex: {channelIDs: [], required: true}",
-            from_file(|_| {}),
+            from_file(|s| s.imex.required = true),
+        ),
+        (
+            "imex channel 0",
+            "imex: {channelIDs: [0]}",
+            from_file(|s| s.imex.channel_ids = vec![0]),
+        ),
+        (
+            "features on",
+            "flags: {gdrcopyEnabled: true, gdsEnabled: true, mofedEnabled: yes}",
+            from_file(|s| {
+                s.device_classes = DeviceClasses {
+                    gdrcopy: true,
+                    gds: true,
+                    mofed: true,
+                }
+            }),
         ),
         (
             "time-slicing defaults",
@@ -329,22 +345,9 @@ fn file_errors() {
             vec![F.into(), "device list strategy".into()],
         ),
         (
-            "gdrcopy",
-            "flags: {gdrcopyEnabled: true}",
-            vec![
-                at(1),
-                "flags.gdrcopyEnabled: true is not supported by nvshim".into(),
-            ],
-        ),
-        (
-            "gds",
-            "flags:\n  gdsEnabled: true\n",
-            vec![at(2), "flags.gdsEnabled: true is not supported".into()],
-        ),
-        (
-            "mofed",
-            "flags: {mofedEnabled: yes}",
-            vec!["flags.mofedEnabled: true is not supported".into()],
+            "gds not a boolean",
+            "flags:\n  gdsEnabled: sometimes\n",
+            vec!["invalid boolean at line 2".into()],
         ),
         (
             "tegra",
@@ -366,9 +369,13 @@ fn file_errors() {
             ],
         ),
         (
-            "imex",
-            "imex:\n  channelIDs: [0]\n",
-            vec![at(2), "imex.channelIDs".into(), "not supported".into()],
+            "imex channels NVIDIA refuses too",
+            "imex:\n  channelIDs: [0, 1]\n",
+            vec![
+                at(2),
+                "imex.channelIDs: [0, 1] is not a valid channel list".into(),
+                "[] or [0]".into(),
+            ],
         ),
         (
             "resource naming",

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! NVIDIA's plugin flags (v0.17 to v0.20) against ours: every name parses, each env var
-//! is read, NVIDIA's defaults given explicitly change nothing, and the features nvshim
-//! does not have yet fail with a message naming them. [`NVIDIA_FLAGS`] is the spec:
+//! is read, NVIDIA's defaults given explicitly change nothing, the extras (GDS, MOFED,
+//! GDRCopy, IMEX) resolve, and the features nvshim does not have yet fail with a
+//! message naming them. [`NVIDIA_FLAGS`] is the spec:
 //! it was taken from `cmd/nvidia-device-plugin/main.go` of those releases.
 
 use std::path::Path;
@@ -136,28 +137,14 @@ fn flags_nvshim_does_not_support_yet_fail_naming_the_feature() {
     );
     let cases: &[Case] = &[
         (
-            "gds",
-            &["--gds-enabled"],
+            "imex channel with only CDI strategies",
+            &["--imex-channel-ids=0", "--device-list-strategy=cdi-cri"],
             &[],
-            &["--gds-enabled=\"true\"", "GPUDirect Storage (GDS) yet"],
-        ),
-        (
-            "mofed",
-            &["--mofed-enabled=true"],
-            &[],
-            &["--mofed-enabled", "MOFED yet"],
-        ),
-        (
-            "gdrcopy",
-            &["--gdrcopy-enabled=1"],
-            &[],
-            &["--gdrcopy-enabled", "gdrcopy", "yet"],
-        ),
-        (
-            "imex channel",
-            &["--imex-channel-ids=0"],
-            &[],
-            &["--imex-channel-ids=\"0\"", "IMEX channels yet"],
+            &[
+                "--imex-channel-ids with only cdi-* device list strategies=\"0\"",
+                "IMEX channels as CDI devices",
+                "envvar or volume-mounts",
+            ],
         ),
         (
             "imex channels NVIDIA refuses too",
@@ -212,10 +199,16 @@ fn flags_nvshim_does_not_support_yet_fail_naming_the_feature() {
             ],
         ),
         (
-            "GDS_ENABLED",
+            "GDS_ENABLED not a boolean",
             &[],
-            &[("GDS_ENABLED", "T")],
-            &["GDS_ENABLED=\"T\"", "GPUDirect Storage"],
+            &[("GDS_ENABLED", "yes")],
+            &["GDS_ENABLED", "\"yes\" is not a boolean"],
+        ),
+        (
+            "IMEX_CHANNEL_IDS NVIDIA refuses too",
+            &[],
+            &[("IMEX_CHANNEL_IDS", "0,1")],
+            &["IMEX_CHANNEL_IDS", "\"0,1\"", "no channel, or 0"],
         ),
         (
             "IMEX_CHANNEL_IDS not a number",
@@ -254,9 +247,9 @@ fn flags_nvshim_does_not_support_yet_fail_naming_the_feature() {
         // flag validation is.
         (
             "with --fail-on-init-error=false",
-            &["--fail-on-init-error=false", "--gds-enabled"],
+            &["--fail-on-init-error=false", "--cdi-feature-flags=x"],
             &[],
-            &["GPUDirect Storage"],
+            &["CDI feature flags"],
         ),
     ];
     for (case, args, env, want) in cases {
@@ -288,16 +281,40 @@ fn flags_beat_their_env_vars_and_env_vars_work() {
             Settings::default(),
         ),
         (
-            "IMEX_REQUIRED without channels has no effect",
+            "IMEX_REQUIRED",
             vec![],
             vec![("IMEX_REQUIRED", "true")],
-            Settings::default(),
+            with(|s| s.imex.required = true),
         ),
         (
-            "--imex-required without channels has no effect",
+            "--imex-required beats IMEX_REQUIRED",
             vec!["--imex-required"],
+            vec![("IMEX_REQUIRED", "false")],
+            with(|s| s.imex.required = true),
+        ),
+        (
+            "--imex-channel-ids=0 beats an empty IMEX_CHANNEL_IDS",
+            vec!["--imex-channel-ids=0"],
+            vec![("IMEX_CHANNEL_IDS", "")],
+            with(|s| s.imex.channel_ids = vec![0]),
+        ),
+        (
+            "IMEX_CHANNEL_IDS=0",
             vec![],
-            Settings::default(),
+            vec![("IMEX_CHANNEL_IDS", "0")],
+            with(|s| s.imex.channel_ids = vec![0]),
+        ),
+        (
+            "--gds-enabled, MOFED_ENABLED, GDRCOPY_ENABLED",
+            vec!["--gds-enabled"],
+            vec![("MOFED_ENABLED", "1"), ("GDRCOPY_ENABLED", "T")],
+            with(|s| {
+                s.device_classes = DeviceClasses {
+                    gdrcopy: true,
+                    gds: true,
+                    mofed: true,
+                }
+            }),
         ),
         (
             "--device-discovery-strategy=nvml beats DEVICE_DISCOVERY_STRATEGY",

@@ -1,12 +1,13 @@
 //! The plugin's settings: NVIDIA's flags, env vars and YAML config file (`version: v1`),
 //! resolved once with the precedence flag > env > file > default into an immutable
 //! [`Settings`]. Unlike NVIDIA's plugin, unknown keys and bad values are errors, and so
-//! are NVIDIA features nvshim does not implement (GDS, IMEX, …).
+//! are NVIDIA features nvshim does not implement (CDI feature flags, Tegra, …).
 //!
 //! ```text
 //! args      PluginArgs: the command line (clap) and the env var names
 //! values    Go's boolean spellings, listening addresses
 //! resolve   flags > env > file > default → Settings; DP_*_HEALTHCHECKS → HealthChecks
+//! extras    GDS, MOFED, GDRCopy and the IMEX channels
 //! ```
 //!
 //! The config file itself (`version: v1`, its value types and errors) is
@@ -17,6 +18,7 @@
 
 mod args;
 mod error;
+mod extras;
 mod resolve;
 mod values;
 
@@ -35,6 +37,7 @@ mod tests;
 
 pub use args::*;
 pub use error::{BOOL_SPELLINGS, PluginConfigError};
+pub use extras::{DeviceClasses, Imex};
 // The config file's format, shared with `nvshim labels`, is the core library's.
 pub use nvshim::k8s_config::{
     DeviceIdStrategy, DeviceListStrategy, FileSettings, FileSpot, GPU_RESOURCE, K8sConfigError,
@@ -170,6 +173,10 @@ pub struct Settings {
     pub nvml_library: Option<PathBuf>,
     /// The config file the settings came from, if any (re-read on SIGHUP).
     pub config_file: Option<PathBuf>,
+    /// `--gds-enabled`, `--mofed-enabled`, `--gdrcopy-enabled`.
+    pub device_classes: DeviceClasses,
+    /// `--imex-channel-ids`, `--imex-required`.
+    pub imex: Imex,
 }
 
 impl Default for Settings {
@@ -197,6 +204,8 @@ impl Default for Settings {
             pod_resources_socket: Some(PathBuf::from(POD_RESOURCES_SOCKET)),
             nvml_library: None,
             config_file: None,
+            device_classes: DeviceClasses::default(),
+            imex: Imex::default(),
         }
     }
 }

@@ -16,13 +16,13 @@ use super::args::{
     ENV_CDI_ANNOTATION_PREFIX, ENV_CDI_DISABLE_HOOKS, ENV_CDI_FEATURE_FLAGS, ENV_CDI_HOOK_PATH,
     ENV_CDI_SPEC_DIR, ENV_CONFIG_FILE, ENV_CONTAINER_DRIVER_ROOT, ENV_DEVICE_DISCOVERY_STRATEGY,
     ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
-    ENV_DRIVER_ROOT_CTR_PATH, ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_GDRCOPY_ENABLED,
-    ENV_GDS_ENABLED, ENV_HEALTH_ADDR, ENV_IMEX_CHANNEL_IDS, ENV_IMEX_REQUIRED, ENV_KUBELET_SOCKET,
-    ENV_METRICS_ADDR, ENV_MIG_STRATEGY, ENV_MOFED_ENABLED, ENV_MPS_ROOT, ENV_NVIDIA_CDI_HOOK_PATH,
+    ENV_DRIVER_ROOT_CTR_PATH, ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_HEALTH_ADDR,
+    ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY, ENV_MPS_ROOT, ENV_NVIDIA_CDI_HOOK_PATH,
     ENV_NVIDIA_CTK_PATH, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
     ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SHARED_DEVICES_ALLOCATION_POLICY,
     ENV_SOCKET_DIR,
 };
+use super::extras;
 use nvshim::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION};
 use nvshim::k8s_config::{
     DiscoveryStrategy, FileSettings, FileSpot, K8sConfigError, load_file,
@@ -67,6 +67,7 @@ pub(super) fn merge(
     let defaults = Settings::default();
     let env = Env(env);
     reject_unsupported(args, &env)?;
+    let (device_classes, imex) = extras::resolve(args, &env, file)?;
     let cdi_disable_hooks = cdi_disable_hooks(args, &env)?;
 
     let mig_strategy: Option<MigStrategy> = env.parsed(ENV_MIG_STRATEGY)?;
@@ -201,8 +202,11 @@ pub(super) fn merge(
         pod_resources_socket,
         nvml_library: non_empty_path(args.nvml_lib.clone()).or_else(|| env.path(ENV_NVML_LIB)),
         config_file,
+        device_classes,
+        imex,
     };
     check_mps(&settings, file.sharing_at.as_ref())?;
+    extras::check_imex_transport(&settings.imex, &settings.device_list_strategies)?;
     Ok(settings)
 }
 
@@ -306,74 +310,10 @@ fn xid(item: &str, keywords: &'static str) -> Result<u64, PluginConfigError> {
     })
 }
 
-/// NVIDIA's switches for features nvshim does not implement yet: off (or unset) is
-/// fine, on is an error rather than a silently ignored request. A flag beats its env
-/// var, as for every setting, so `--gds-enabled=false` overrides `GDS_ENABLED=true`;
-/// the env var is still checked for a bad value. NVIDIA's plugin also fails at start,
-/// whatever `--fail-on-init-error` says, when its flags do not validate.
+/// NVIDIA's switches for features nvshim does not implement yet: an error rather than
+/// a silently ignored request. NVIDIA's plugin also fails at start, whatever
+/// `--fail-on-init-error` says, when its flags do not validate.
 fn reject_unsupported(args: &PluginArgs, env: &Env<'_>) -> Result<(), PluginConfigError> {
-    for (flag, name, given, feature) in [
-        (
-            "--gdrcopy-enabled",
-            ENV_GDRCOPY_ENABLED,
-            args.gdrcopy_enabled,
-            "GPUDirect RDMA copy (gdrcopy)",
-        ),
-        (
-            "--gds-enabled",
-            ENV_GDS_ENABLED,
-            args.gds_enabled,
-            "GPUDirect Storage (GDS)",
-        ),
-        (
-            "--mofed-enabled",
-            ENV_MOFED_ENABLED,
-            args.mofed_enabled,
-            "MOFED",
-        ),
-    ] {
-        let from_env = env.bool(name)?;
-        let (origin, on, value) = match given {
-            Some(on) => (flag, on, on.to_string()),
-            None => (
-                name,
-                from_env.unwrap_or(false),
-                env.0(name).unwrap_or_default(),
-            ),
-        };
-        if on {
-            return Err(PluginConfigError::Unsupported {
-                origin: origin.to_owned(),
-                value,
-                feature,
-            });
-        }
-    }
-    // `--imex-required` only asks that the listed channels exist: with none (the only
-    // list nvshim takes) it has no effect, as in NVIDIA's plugin.
-    env.bool(ENV_IMEX_REQUIRED)?;
-    let env_ids = env.ints(ENV_IMEX_CHANNEL_IDS)?;
-    let (origin, ids) = match &args.imex_channel_ids {
-        Some(ids) => ("--imex-channel-ids", ids.clone()),
-        None => (ENV_IMEX_CHANNEL_IDS, env_ids.unwrap_or_default()),
-    };
-    if !ids.is_empty() {
-        let value = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        return Err(if ids == [0] {
-            PluginConfigError::Unsupported {
-                origin: origin.to_owned(),
-                value,
-                feature: "IMEX channels",
-            }
-        } else {
-            // NVIDIA's own rule: the list is [] or [0].
-            PluginConfigError::Invalid {
-                origin: origin.to_owned(),
-                value,
-                valid: "no channel, or 0",
-            }
-        });
-    }
     let env_flags = env.list(ENV_CDI_FEATURE_FLAGS);
     let (origin, flags) = match &args.cdi_feature_flags {
         Some(flags) => ("--cdi-feature-flags", flags.clone()),
@@ -447,7 +387,7 @@ fn cdi_disable_hooks(args: &PluginArgs, env: &Env<'_>) -> Result<Vec<String>, Pl
 }
 
 /// Typed reads of env vars; each error names the variable.
-struct Env<'a>(EnvLookup<'a>);
+pub(super) struct Env<'a>(pub(super) EnvLookup<'a>);
 
 impl Env<'_> {
     fn string(&self, name: &str) -> Option<String> {
@@ -458,7 +398,7 @@ impl Env<'_> {
         self.string(name).map(PathBuf::from)
     }
 
-    fn bool(&self, name: &'static str) -> Result<Option<bool>, PluginConfigError> {
+    pub(super) fn bool(&self, name: &'static str) -> Result<Option<bool>, PluginConfigError> {
         self.0(name)
             .map(|value| parse_bool(&value).map_err(|e| e.in_env(name)))
             .transpose()
@@ -478,7 +418,7 @@ impl Env<'_> {
     }
 
     /// A comma list of integers (NVIDIA's `IntSlice`).
-    fn ints(&self, name: &'static str) -> Result<Option<Vec<i64>>, PluginConfigError> {
+    pub(super) fn ints(&self, name: &'static str) -> Result<Option<Vec<i64>>, PluginConfigError> {
         let items = self.list(name);
         if items.is_empty() {
             return Ok(None);

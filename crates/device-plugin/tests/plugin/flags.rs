@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //! NVIDIA's plugin flags against the binary: given at NVIDIA's defaults, every one of
-//! them gets the plugin past its settings (to the NVML it cannot load here); switched
-//! on, each feature nvshim does not have yet stops it at start with exit 1 and a message
-//! naming the feature, even with `--fail-on-init-error=false`. The parse-level tables
+//! them gets the plugin past its settings (to the NVML it cannot load here), and so do
+//! `--gds-enabled` and a missing IMEX channel that is not required; switched on, each
+//! feature nvshim does not have yet stops it at start with exit 1 and a message naming
+//! the feature, even with `--fail-on-init-error=false`, as does a required IMEX channel
+//! the node lacks. The parse-level tables
 //! are in `config::flags_tests`; this checks the binary wires them up. No kubelet, no
 //! GPU: every run ends before serving.
 
@@ -31,8 +33,9 @@ fn flags_of_nvidias_plugin_reach_the_driver() {
         "--device-list-strategy=envvar",
         "--device-id-strategy=uuid",
         "--gdrcopy-enabled=false",
-        "--gds-enabled=false",
+        "--gds-enabled",
         "--mofed-enabled=false",
+        "--imex-channel-ids=0",
         "--cdi-annotation-prefix=cdi.k8s.io/",
         "--nvidia-cdi-hook-path=/usr/bin/nvidia-ctk",
         "--device-discovery-strategy=auto",
@@ -67,28 +70,14 @@ fn flags_nvshim_does_not_support_yet_stop_the_plugin_at_start() {
     );
     let cases: &[Case] = &[
         (
-            "--gds-enabled",
-            &["--gds-enabled"],
+            "--imex-required with a channel the node lacks",
+            &[
+                "--imex-channel-ids=0",
+                "--imex-required",
+                "--dev-root=/nonexistent",
+            ],
             &[],
-            "GPUDirect Storage (GDS) yet",
-        ),
-        (
-            "--mofed-enabled",
-            &["--mofed-enabled=true"],
-            &[],
-            "MOFED yet",
-        ),
-        (
-            "--gdrcopy-enabled",
-            &["--gdrcopy-enabled"],
-            &[],
-            "gdrcopy) yet",
-        ),
-        (
-            "--imex-channel-ids",
-            &["--imex-channel-ids=0"],
-            &[],
-            "IMEX channels yet",
+            "requested IMEX channel /dev/nvidia-caps-imex-channels/channel0 does not exist",
         ),
         (
             "tegra",
@@ -109,28 +98,22 @@ fn flags_nvshim_does_not_support_yet_stop_the_plugin_at_start() {
             "packed allocation policy yet",
         ),
         (
-            "MOFED_ENABLED",
+            "CDI_FEATURE_FLAGS",
             &[],
-            &[("MOFED_ENABLED", "true")],
-            "MOFED_ENABLED=\"true\": nvshim does not support MOFED yet",
-        ),
-        (
-            "IMEX_CHANNEL_IDS",
-            &[],
-            &[("IMEX_CHANNEL_IDS", "0")],
-            "IMEX channels yet",
+            &[("CDI_FEATURE_FLAGS", "x")],
+            "CDI_FEATURE_FLAGS=\"x\": nvshim does not support NVIDIA's CDI feature flags yet",
         ),
         (
             "--fail-on-init-error=false",
-            &["--fail-on-init-error=false", "--gds-enabled"],
+            &["--fail-on-init-error=false", "--cdi-feature-flags=x"],
             &[],
-            "GPUDirect Storage",
+            "CDI feature flags yet",
         ),
         (
             "mps-control-daemon",
-            &["mps-control-daemon", "--gds-enabled"],
+            &["mps-control-daemon", "--cdi-feature-flags=x"],
             &[],
-            "GPUDirect Storage",
+            "CDI feature flags yet",
         ),
     ];
     for (case, args, env, want) in cases {
