@@ -113,6 +113,8 @@ pub enum PipelineError {
         needed_for: String,
         detail: Option<String>,
     },
+    #[error("cannot create the IMEX channel nodes: {0}")]
+    ImexChannels(#[source] crate::device_nodes::DeviceNodesError),
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].
@@ -299,12 +301,17 @@ pub fn plan_on(
     if !request.requirements.is_empty() {
         select::check(&request.requirements, &facts(&inventory, &selection))?;
     }
+    if request.classes.create_imex_channels && !request.classes.imex_channels.is_empty() {
+        crate::device_nodes::create_imex_channels(&ctx.roots, &request.classes.imex_channels)
+            .map_err(PipelineError::ImexChannels)?;
+    }
     let resources = discover::discover(
         &ctx.roots,
         Want {
             driver_version: &inventory.driver.version,
             capabilities: request.capabilities,
             selection: &selection,
+            classes: &request.classes,
         },
     )?;
     let HostResources { missing, .. } = &resources;

@@ -142,6 +142,7 @@ pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), Co
             driver_version: &inventory.driver.version,
             capabilities,
             selection: &selection,
+            classes: &request.classes,
         },
     )?;
     write(&what, &channels, args, &resources, out)?;

@@ -8,6 +8,7 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
+pub mod classes;
 mod nodes;
 pub mod params;
 pub mod resolve;
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::ldcache::{self, Class, LdCache};
-use crate::request::{Capability, DriverCapabilities};
+use crate::request::{Capability, DeviceClasses, DriverCapabilities};
 use crate::roots::Roots;
 use crate::select::Selection;
 use resolve::{Link, Resolver};
@@ -56,6 +57,9 @@ pub enum FileKind {
     Socket,
     /// A pipe directory (MPS), mounted writable.
     IpcDir,
+    /// A device class's host file or directory (GDS's `/etc/cufile.json` and
+    /// `/run/udev`): read-only, with submounts (`rbind`), as NVIDIA mounts them.
+    ClassFile,
 }
 
 /// A regular file (or IPC endpoint) found under the driver root.
@@ -129,6 +133,8 @@ pub struct Want<'a> {
     pub driver_version: &'a str,
     pub capabilities: DriverCapabilities,
     pub selection: &'a Selection,
+    /// IMEX channels and the gated classes (nothing is read for an empty set).
+    pub classes: &'a DeviceClasses,
 }
 
 /// Finds the host resources for `want` under `roots`.
@@ -136,6 +142,9 @@ pub fn discover(roots: &Roots, want: Want<'_>) -> Result<HostResources, Discover
     let mut out = HostResources::default();
     nodes::device_nodes(roots, want, &mut out)?;
     let mut resolver = Resolver::new(&roots.driver);
+    if !want.classes.is_empty() {
+        classes::discover(roots, want.classes, &mut resolver, &mut out)?;
+    }
     libraries(roots, want, &mut resolver, &mut out)?;
     for entry in active(want.capabilities) {
         for name in entry.binaries {

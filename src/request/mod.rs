@@ -13,6 +13,7 @@
 //! against real GPUs and checking requirements against the driver is `select`'s job.
 
 mod capabilities;
+mod classes;
 mod devices;
 mod inputs;
 mod require;
@@ -27,6 +28,10 @@ use std::fmt;
 use serde::Serialize;
 
 pub use capabilities::{Capability, DriverCapabilities};
+pub use classes::{
+    ClassPolicy, DeviceClasses, ENV_GDRCOPY, ENV_GDS, ENV_IMEX_CHANNELS, ENV_MOFED, ENV_NVSWITCH,
+    GATE_ENABLED, IMEX_CHANNEL_LIMIT, parse_imex_channel,
+};
 pub use devices::{DeviceId, DeviceList, normalize_bus_id};
 pub use inputs::{ContainerInputs, InputMount, RequestPolicy, build};
 pub use require::{Condition, ConditionError, Op, RequireKey, Requirement, compare_versions};
@@ -132,6 +137,16 @@ pub enum RequestError {
         value: Quoted,
         condition: Quoted,
         problem: Box<ConditionError>,
+    },
+    #[error(
+        "invalid IMEX channel {element} in {origin}: {reason} (valid: 0-1048575, \
+         optionally written channel<n>, e.g. 0,2 or channel3)"
+    )]
+    InvalidImexChannel {
+        element: Quoted,
+        /// The variable and its value, or the volume mount.
+        origin: String,
+        reason: &'static str,
     },
 }
 
@@ -246,6 +261,10 @@ pub struct Request {
     /// Set when an env request was dropped by policy (then `devices` is `Void`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ignored: Option<IgnoredRequest>,
+    /// IMEX channels and the gated classes (GDS, MOFED, GDRCopy, NVSwitch); empty when
+    /// no devices were requested.
+    #[serde(skip_serializing_if = "DeviceClasses::is_unset")]
+    pub classes: DeviceClasses,
 }
 
 impl Request {
@@ -257,6 +276,7 @@ impl Request {
             requirements: Vec::new(),
             source: DeviceSource::Explicit,
             ignored: None,
+            classes: DeviceClasses::default(),
         }
     }
 }
