@@ -156,3 +156,38 @@ fn gds_file(
     }
     Ok(())
 }
+
+/// The resources of `classes` alone, for a CDI spec of one class
+/// (`nvidia-ctk cdi generate --mode gds|mofed|gdrcopy|nvswitch|imex`).
+pub fn discover_classes(
+    roots: &Roots,
+    classes: &DeviceClasses,
+) -> Result<HostResources, DiscoverError> {
+    let mut out = HostResources::default();
+    let mut resolver = Resolver::new(&roots.driver);
+    discover(roots, classes, &mut resolver, &mut out)?;
+    Ok(out)
+}
+
+/// The IMEX channels whose nodes exist under the dev root, ascending (NVIDIA's
+/// `channel*` glob; names that are not `channel<n>` are left out).
+pub fn imex_channels_present(roots: &Roots) -> Result<Vec<u32>, DiscoverError> {
+    let dir = roots.dev.join(IMEX_CHANNEL_DIR.trim_start_matches('/'));
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(&dir)(e)),
+    };
+    let mut channels: Vec<u32> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_char_device()))
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(crate::request::IMEX_CHANNEL_PREFIX)
+                .then(|| crate::request::parse_imex_channel(&name).ok())
+                .flatten()
+        })
+        .collect();
+    channels.sort_unstable();
+    Ok(channels)
+}
