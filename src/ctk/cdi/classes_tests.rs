@@ -83,10 +83,19 @@ fn shape(spec: &Spec) -> (String, Vec<String>) {
     (spec.kind.clone(), devices)
 }
 
+/// mode, `all` device, `--device-id`, kind, devices.
+type Case = (
+    &'static str,
+    bool,
+    &'static [&'static str],
+    &'static str,
+    &'static [&'static str],
+);
+
 #[test]
 fn each_mode_has_nvidias_kind_and_devices() {
     let (_dir, roots) = host();
-    let cases: [(&str, bool, &[&str], &str, &[&str]); 7] = [
+    let cases: [Case; 7] = [
         (
             "gds",
             true,
