@@ -175,10 +175,10 @@ fn imex_mounts(mounts: &[InputMount]) -> Result<Vec<u32>, RequestError> {
         let Some(source) = &mount.source else {
             continue;
         };
-        if super::inputs::clean_path(source) != VOLUME_MOUNT_SOURCE {
+        if super::clean_path(source) != VOLUME_MOUNT_SOURCE {
             continue;
         }
-        let destination = super::inputs::clean_path(&mount.destination);
+        let destination = super::clean_path(&mount.destination);
         let Some(id) = destination
             .strip_prefix(VOLUME_MOUNT_ROOT)
             .and_then(|rest| rest.strip_prefix('/'))

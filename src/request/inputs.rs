@@ -25,7 +25,7 @@ use super::{
     ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA, ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX,
     ENV_VISIBLE_DEVICES, IgnoredRequest, Op, Quoted, Request, RequestError, RequireKey,
     Requirement, VOLUME_MOUNT_CDI_PREFIX, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT,
-    VOLUME_MOUNT_SOURCE, devices, shown_name,
+    VOLUME_MOUNT_SOURCE, clean_path, devices, shown_name,
 };
 
 /// What the runtime reads from a container's `config.json` (the `bundle` module fills
@@ -340,30 +340,6 @@ fn cdi_mount_name(rest: &str) -> Option<String> {
         }
     };
     (devices::is_cdi_kind(kind) && devices::is_cdi_name(name)).then(|| format!("{kind}={name}"))
-}
-
-/// Lexical path cleaning like Go's `filepath.Clean` for absolute paths: repeated
-/// slashes, `.` and `..` are resolved, and there is no trailing slash. (A relative
-/// path never matches what it is compared with, so its `..` handling is simplified.)
-pub(super) fn clean_path(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    let joined = parts.join("/");
-    if path.starts_with('/') {
-        format!("/{joined}")
-    } else if joined.is_empty() {
-        ".".to_string()
-    } else {
-        joined
-    }
 }
 
 /// NVIDIA's hook rules: unset → `compute,utility` (all supported ones for a legacy

@@ -190,6 +190,30 @@ pub fn shown_name(name: &str) -> String {
     }
 }
 
+/// Lexical path cleaning like Go's `filepath.Clean` for absolute paths: repeated
+/// slashes, `.` and `..` are resolved, and there is no trailing slash. (A relative
+/// path never matches what it is compared with, so its `..` handling is simplified.)
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    if path.starts_with('/') {
+        format!("/{joined}")
+    } else if joined.is_empty() {
+        ".".to_string()
+    } else {
+        joined
+    }
+}
+
 /// Where a request's devices came from (for logs and `nvshim list --json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
