@@ -22,6 +22,8 @@ use crate::request::{DeviceId, DeviceList, Request};
 use crate::roots::Roots;
 use crate::select::{self, Facts, GpuFacts, Selection};
 
+mod classes;
+
 /// Everything about the host a plan needs; built once per process.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
@@ -113,6 +115,8 @@ pub enum PipelineError {
         needed_for: String,
         detail: Option<String>,
     },
+    #[error(transparent)]
+    ClassName(crate::request::RequestError),
     #[error("cannot create the IMEX channel nodes: {0}")]
     ImexChannels(#[source] crate::device_nodes::DeviceNodesError),
 }
@@ -167,7 +171,7 @@ pub fn stage(ctx: &Context, request: &Request) -> Result<Staged, PipelineError> 
     if request.devices == DeviceList::Void {
         return Ok(staged);
     }
-    let rest = match from_spec_files(ctx, request)? {
+    let mut rest = match from_spec_files(ctx, request)? {
         None => None,
         Some(FromFiles { edits, names, rest }) => {
             staged.files = Some((edits, names));
@@ -180,6 +184,24 @@ pub fn stage(ctx: &Context, request: &Request) -> Result<Staged, PipelineError> 
             })
         }
     };
+    if let DeviceList::Ids(ids) = &rest.as_ref().unwrap_or(request).devices
+        && let Some(jit) = classes::plan_names(ctx, request, ids)?
+    {
+        match &mut staged.files {
+            Some((edits, names)) => {
+                edits.merge(&jit.edits);
+                names.extend(jit.names);
+            }
+            None => staged.files = Some((jit.edits, jit.names)),
+        }
+        if jit.rest.is_empty() {
+            return Ok(staged);
+        }
+        rest = Some(Request {
+            devices: DeviceList::Ids(jit.rest),
+            ..request.clone()
+        });
+    }
     let inventory = inventory_for(ctx, rest.as_ref().unwrap_or(request))?;
     staged.host = Some((rest, inventory));
     Ok(staged)

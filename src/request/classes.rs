@@ -216,6 +216,54 @@ pub fn parse_imex_channel(id: &str) -> Result<u32, &'static str> {
     }
 }
 
+/// The vendors whose class kinds are planned in memory when no spec file defines a
+/// name: NVIDIA's (`nvidia.com/gds`) and its JIT vendor (`runtime.nvidia.com/gds`).
+pub const CLASS_VENDORS: [&str; 2] = ["nvidia.com", "runtime.nvidia.com"];
+
+/// Adds the CDI device `kind=name` to `classes` when `kind` is one of the classes'
+/// kinds (`<vendor>/gds`, `mofed`, `gdrcopy`, `nvswitch` with the one name `all`;
+/// `<vendor>/imex-channel` with a channel number); `None` for any other kind.
+pub fn add_cdi_name(
+    classes: &mut DeviceClasses,
+    kind: &str,
+    name: &str,
+) -> Option<Result<(), RequestError>> {
+    let (vendor, class) = kind.split_once('/')?;
+    if !CLASS_VENDORS.contains(&vendor) {
+        return None;
+    }
+    let flag = match class {
+        "gds" => &mut classes.gds,
+        "mofed" => &mut classes.mofed,
+        "gdrcopy" => &mut classes.gdrcopy,
+        "nvswitch" => &mut classes.nvswitch,
+        "imex-channel" => {
+            return Some(match parse_imex_channel(name) {
+                Ok(n) => {
+                    if !classes.imex_channels.contains(&n) {
+                        classes.imex_channels.push(n);
+                        classes.imex_channels.sort_unstable();
+                    }
+                    Ok(())
+                }
+                Err(reason) => Err(RequestError::InvalidImexChannel {
+                    element: Quoted::new(name),
+                    origin: format!("CDI device {}", Quoted::new(&format!("{kind}={name}"))),
+                    reason,
+                }),
+            });
+        }
+        _ => return None,
+    };
+    if name != "all" {
+        return Some(Err(RequestError::ClassDevice {
+            name: Quoted::new(&format!("{kind}={name}")),
+        }));
+    }
+    *flag = true;
+    Some(Ok(()))
+}
+
 #[cfg(test)]
 #[path = "classes_tests.rs"]
 mod tests;

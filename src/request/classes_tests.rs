@@ -275,3 +275,25 @@ proptest! {
         prop_assert_eq!(parse_imex_channel(&id), Ok(n));
     }
 }
+
+#[test]
+fn class_cdi_names_map_to_classes() {
+    let cases: [(&str, &str, Option<bool>); 8] = [
+        ("nvidia.com/gds", "all", Some(true)),
+        ("runtime.nvidia.com/mofed", "all", Some(true)),
+        ("nvidia.com/imex-channel", "channel3", Some(true)),
+        ("nvidia.com/gdrcopy", "0", Some(false)),
+        ("nvidia.com/imex-channel", "all", Some(false)),
+        ("nvidia.com/gpu", "0", None),
+        ("example.com/gds", "all", None),
+        ("k8s.device-plugin.nvidia.com/gds", "all", None),
+    ];
+    for (kind, name, want) in cases {
+        let mut classes = DeviceClasses::default();
+        let got = add_cdi_name(&mut classes, kind, name).map(|r| r.is_ok());
+        assert_eq!(got, want, "case {kind}={name}");
+        if want == Some(true) {
+            assert!(!classes.is_empty(), "case {kind}={name}");
+        }
+    }
+}

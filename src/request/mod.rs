@@ -30,7 +30,7 @@ use serde::Serialize;
 pub use capabilities::{Capability, DriverCapabilities};
 pub use classes::{
     ClassPolicy, DeviceClasses, ENV_GDRCOPY, ENV_GDS, ENV_IMEX_CHANNELS, ENV_MOFED, ENV_NVSWITCH,
-    GATE_ENABLED, IMEX_CHANNEL_LIMIT, IMEX_CHANNEL_PREFIX, parse_imex_channel,
+    GATE_ENABLED, IMEX_CHANNEL_LIMIT, IMEX_CHANNEL_PREFIX, add_cdi_name, parse_imex_channel,
 };
 pub use devices::{DeviceId, DeviceList, normalize_bus_id};
 pub use inputs::{ContainerInputs, InputMount, RequestPolicy, build};
@@ -148,6 +148,10 @@ pub enum RequestError {
         origin: String,
         reason: &'static str,
     },
+    #[error(
+        "unknown CDI device {name}: the device classes gds, mofed, gdrcopy and nvswitch have one device, all"
+    )]
+    ClassDevice { name: Quoted },
 }
 
 /// A user-supplied value shown in an error: quoted, control characters escaped, and
