@@ -23,6 +23,10 @@ use std::process::Command;
 
 use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 
+mod imex;
+
+pub use imex::{IMEX_MAJOR_NAME, create_imex_channels};
+
 use crate::discover::parse_mig_minors;
 use crate::discover::table::MIG_MINORS;
 use crate::roots::Roots;

@@ -27,6 +27,9 @@ pub const SOCKET_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "noexec", "bind",
 /// The MPS pipe directory: clients write into it.
 pub const IPC_DIR_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec", "bind", "rprivate"];
 
+/// A device class's host files (GDS): NVIDIA's options for them, `rbind` included.
+pub const CLASS_FILE_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
+
 /// Device cgroup access for every node.
 pub const DEVICE_ACCESS: &str = "rwm";
 
@@ -93,6 +96,7 @@ fn options(kind: FileKind) -> &'static [&'static str] {
         FileKind::Library | FileKind::Binary | FileKind::Config | FileKind::Firmware => RO_OPTIONS,
         FileKind::Socket => SOCKET_OPTIONS,
         FileKind::IpcDir => IPC_DIR_OPTIONS,
+        FileKind::ClassFile => CLASS_FILE_OPTIONS,
     }
 }
 

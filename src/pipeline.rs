@@ -24,6 +24,8 @@ use crate::request::{DeviceId, DeviceList, Request};
 use crate::roots::Roots;
 use crate::select::{self, Facts, GpuFacts, Selection};
 
+mod classes;
+
 /// Everything about the host a plan needs; built once per process.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
@@ -115,6 +117,10 @@ pub enum PipelineError {
         needed_for: String,
         detail: Option<String>,
     },
+    #[error(transparent)]
+    ClassName(crate::request::RequestError),
+    #[error("cannot create the IMEX channel nodes: {0}")]
+    ImexChannels(#[source] crate::device_nodes::DeviceNodesError),
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].
@@ -167,7 +173,7 @@ pub fn stage(ctx: &Context, request: &Request) -> Result<Staged, PipelineError> 
     if request.devices == DeviceList::Void {
         return Ok(staged);
     }
-    let rest = match from_spec_files(ctx, request)? {
+    let mut rest = match from_spec_files(ctx, request)? {
         None => None,
         Some(FromFiles { edits, names, rest }) => {
             staged.files = Some((edits, names));
@@ -180,6 +186,24 @@ pub fn stage(ctx: &Context, request: &Request) -> Result<Staged, PipelineError> 
             })
         }
     };
+    if let DeviceList::Ids(ids) = &rest.as_ref().unwrap_or(request).devices
+        && let Some(jit) = classes::plan_names(ctx, request, ids)?
+    {
+        match &mut staged.files {
+            Some((edits, names)) => {
+                edits.merge(&jit.edits);
+                names.extend(jit.names);
+            }
+            None => staged.files = Some((jit.edits, jit.names)),
+        }
+        if jit.rest.is_empty() {
+            return Ok(staged);
+        }
+        rest = Some(Request {
+            devices: DeviceList::Ids(jit.rest),
+            ..request.clone()
+        });
+    }
     let inventory = inventory_for(ctx, rest.as_ref().unwrap_or(request))?;
     staged.host = Some((rest, inventory));
     Ok(staged)
@@ -302,12 +326,17 @@ pub fn plan_on(
     if !request.requirements.is_empty() {
         select::check(&request.requirements, &facts(&inventory, &selection))?;
     }
+    if request.classes.create_imex_channels && !request.classes.imex_channels.is_empty() {
+        crate::device_nodes::create_imex_channels(&ctx.roots, &request.classes.imex_channels)
+            .map_err(PipelineError::ImexChannels)?;
+    }
     let resources = discover::discover(
         &ctx.roots,
         Want {
             driver_version: &inventory.driver.version,
             capabilities: request.capabilities,
             selection: &selection,
+            classes: &request.classes,
         },
     )?;
     let HostResources { missing, .. } = &resources;

@@ -106,6 +106,12 @@ pub fn request(doc: &SpecDoc, config: &Config) -> Result<Option<Request>, Contai
     if let Some(ignored) = &request.ignored {
         tracing::warn!("{ignored}");
     }
+    if let Some(ignored) = &request.classes.ignored_imex {
+        tracing::warn!("{ignored}");
+    }
+    for gate in &request.classes.ignored_gates {
+        tracing::debug!("ignoring {gate}: only \"enabled\" turns a device class on");
+    }
     Ok((request.devices != DeviceList::Void).then_some(request))
 }
 
@@ -162,6 +168,8 @@ pub fn policy(config: &Config) -> Result<RequestPolicy, ConfigError> {
             .cdi
             .annotation_prefixes
             .clone(),
+        ignore_imex_channel_requests: config.features.ignore_imex_channel_requests,
+        create_imex_channels: !config.features.disable_imex_channel_creation,
     })
 }
 

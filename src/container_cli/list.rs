@@ -143,6 +143,7 @@ pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), Co
             driver_version: &inventory.driver.version,
             capabilities,
             selection: &selection,
+            classes: &request.classes,
         },
     )?;
     let mig = mig_access(roots, &request.devices, access, &selection)?;

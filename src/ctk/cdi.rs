@@ -61,8 +61,8 @@ pub struct GenerateArgs {
     /// yaml or json; overrides the output file's extension.
     #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT")]
     pub format: Option<String>,
-    /// The discovery mode: auto, nvml or management (wsl, csv, gds, mofed, gdrcopy,
-    /// nvswitch and imex are not supported yet).
+    /// The discovery mode: auto, nvml, management, or one device class: gds, mofed,
+    /// gdrcopy, nvswitch, imex (wsl and csv are not supported yet).
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -227,7 +227,10 @@ pub enum CdiError {
     Format(String),
     #[error("invalid discovery mode {mode:?} (valid: {})", MODES.join(", "))]
     Mode { mode: String },
-    #[error("discovery mode {0:?} is not supported yet (supported: auto, nvml, management)")]
+    #[error(
+        "discovery mode {0:?} is not supported yet (supported: auto, nvml, management, gds, \
+         mofed, gdrcopy, nvswitch, imex)"
+    )]
     UnsupportedMode(String),
     #[error("{0}")]
     Unsupported(String),
@@ -245,6 +248,8 @@ pub enum CdiError {
     Parse { from: String, reason: String },
     #[error(transparent)]
     Transform(#[from] TransformError),
+    #[error(transparent)]
+    Class(#[from] classes::ClassSpecError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +280,18 @@ fn generate_spec(
     out: &mut dyn Write,
 ) -> Result<(), CdiError> {
     let plan = GeneratePlan::from_args(global, a)?;
+    if let Some(mode) = classes::ClassMode::parse(&a.mode.to_ascii_lowercase()) {
+        let spec = classes::generate(
+            mode,
+            &plan.ctx.roots,
+            &a.vendor,
+            &a.class,
+            plan.options.all_device,
+            &a.device_id,
+        )?;
+        let output = a.output.as_deref().filter(|p| !p.as_os_str().is_empty());
+        return Ok(nvshim_cdi::emit(&spec, output, plan.format, out)?);
+    }
     let spec =
         generate::generate_with(&plan.ctx, &plan.options, &plan.nvidia).map_err(CliError::from)?;
     let output = a.output.as_deref().filter(|p| !p.as_os_str().is_empty());
@@ -295,6 +312,7 @@ impl GeneratePlan {
         let backend = match mode.as_str() {
             "auto" | "management" => Backend::Auto,
             "nvml" => Backend::Nvml,
+            m if classes::ClassMode::parse(m).is_some() => Backend::Auto,
             m if MODES.contains(&m) => return Err(CdiError::UnsupportedMode(m.to_owned())),
             _ => {
                 return Err(CdiError::Mode {
@@ -514,6 +532,8 @@ fn transform_root(a: &RootArgs, out: &mut dyn Write) -> Result<(), CdiError> {
     }
     Ok(())
 }
+
+mod classes;
 
 #[cfg(test)]
 mod tests;

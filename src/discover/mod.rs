@@ -9,6 +9,7 @@
 //! which absences are fatal.
 
 pub mod mig_access;
+pub mod classes;
 mod nodes;
 pub mod params;
 pub mod resolve;
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::ldcache::{self, Class, LdCache};
-use crate::request::{Capability, DriverCapabilities};
+use crate::request::{Capability, DeviceClasses, DriverCapabilities};
 use crate::roots::Roots;
 use crate::select::Selection;
 use resolve::{Link, Resolver};
@@ -57,6 +58,9 @@ pub enum FileKind {
     Socket,
     /// A pipe directory (MPS), mounted writable.
     IpcDir,
+    /// A device class's host file or directory (GDS's `/etc/cufile.json` and
+    /// `/run/udev`): read-only, with submounts (`rbind`), as NVIDIA mounts them.
+    ClassFile,
 }
 
 /// A regular file (or IPC endpoint) found under the driver root.
@@ -130,6 +134,8 @@ pub struct Want<'a> {
     pub driver_version: &'a str,
     pub capabilities: DriverCapabilities,
     pub selection: &'a Selection,
+    /// IMEX channels and the gated classes (nothing is read for an empty set).
+    pub classes: &'a DeviceClasses,
 }
 
 /// Finds the host resources for `want` under `roots`.
@@ -137,6 +143,9 @@ pub fn discover(roots: &Roots, want: Want<'_>) -> Result<HostResources, Discover
     let mut out = HostResources::default();
     nodes::device_nodes(roots, want, &mut out)?;
     let mut resolver = Resolver::new(&roots.driver);
+    if !want.classes.is_empty() {
+        classes::discover(roots, want.classes, &mut resolver, &mut out)?;
+    }
     libraries(roots, want, &mut resolver, &mut out)?;
     for entry in active(want.capabilities) {
         for name in entry.binaries {

@@ -22,11 +22,12 @@ use std::collections::BTreeMap;
 
 use super::mig_access::{self, ENV_MIG_CONFIG_DEVICES, ENV_MIG_MONITOR_DEVICES, MigAccess};
 use super::{
-    CDI_ANNOTATION_PREFIX, Condition, DeviceId, DeviceList, DeviceSource, DriverCapabilities,
-    ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE, ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA,
-    ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX, ENV_VISIBLE_DEVICES, IgnoredRequest, Op, Quoted,
-    Request, RequestError, RequireKey, Requirement, VOLUME_MOUNT_CDI_PREFIX,
-    VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE, devices, shown_name,
+    CDI_ANNOTATION_PREFIX, ClassPolicy, Condition, DeviceClasses, DeviceId, DeviceList,
+    DeviceSource, DriverCapabilities, ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE,
+    ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA, ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX,
+    ENV_VISIBLE_DEVICES, IgnoredRequest, Op, Quoted, Request, RequestError, RequireKey,
+    Requirement, VOLUME_MOUNT_CDI_PREFIX, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT,
+    VOLUME_MOUNT_SOURCE, clean_path, devices, shown_name,
 };
 
 /// What the runtime reads from a container's `config.json` (the `bundle` module fills
@@ -66,6 +67,10 @@ pub struct RequestPolicy {
     /// `nvidia-container-runtime.modes.cdi.annotation-prefixes` (default `cdi.k8s.io/`).
     /// An empty prefix is ignored (it would claim every annotation).
     pub annotation_prefixes: Vec<String>,
+    /// `features.ignore-imex-channel-requests` (default false).
+    pub ignore_imex_channel_requests: bool,
+    /// `!features.disable-imex-channel-creation` (default true).
+    pub create_imex_channels: bool,
 }
 
 impl Default for RequestPolicy {
@@ -78,6 +83,8 @@ impl Default for RequestPolicy {
             supported_capabilities: DriverCapabilities::all(),
             disable_require: false,
             annotation_prefixes: vec![CDI_ANNOTATION_PREFIX.to_string()],
+            ignore_imex_channel_requests: false,
+            create_imex_channels: true,
         }
     }
 }
@@ -95,8 +102,15 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             source,
             ignored,
             mig_access: MigAccess::default(),
+            classes: DeviceClasses::default(),
         });
     }
+    let class_policy = ClassPolicy {
+        accept_envvar_when_unprivileged: policy.accept_envvar_when_unprivileged,
+        accept_volume_mounts: policy.accept_volume_mounts,
+        ignore_imex_channel_requests: policy.ignore_imex_channel_requests,
+        create_imex_channels: policy.create_imex_channels,
+    };
     Ok(Request {
         devices,
         capabilities: capabilities(&env, policy)?,
@@ -107,6 +121,12 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             env.get(ENV_MIG_CONFIG_DEVICES),
             env.get(ENV_MIG_MONITOR_DEVICES),
             inputs.privileged,
+        )?,
+        classes: super::classes::build(
+            |key| env.get(key),
+            &inputs.mounts,
+            inputs.privileged,
+            class_policy,
         )?,
     })
 }
@@ -328,30 +348,6 @@ fn cdi_mount_name(rest: &str) -> Option<String> {
         }
     };
     (devices::is_cdi_kind(kind) && devices::is_cdi_name(name)).then(|| format!("{kind}={name}"))
-}
-
-/// Lexical path cleaning like Go's `filepath.Clean` for absolute paths: repeated
-/// slashes, `.` and `..` are resolved, and there is no trailing slash. (A relative
-/// path never matches what it is compared with, so its `..` handling is simplified.)
-fn clean_path(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    let joined = parts.join("/");
-    if path.starts_with('/') {
-        format!("/{joined}")
-    } else if joined.is_empty() {
-        ".".to_string()
-    } else {
-        joined
-    }
 }
 
 /// NVIDIA's hook rules: unset → `compute,utility` (all supported ones for a legacy

@@ -13,6 +13,7 @@
 //! against real GPUs and checking requirements against the driver is `select`'s job.
 
 mod capabilities;
+mod classes;
 mod devices;
 mod inputs;
 mod mig_access;
@@ -28,6 +29,10 @@ use std::fmt;
 use serde::Serialize;
 
 pub use capabilities::{Capability, DriverCapabilities};
+pub use classes::{
+    ClassPolicy, DeviceClasses, ENV_GDRCOPY, ENV_GDS, ENV_IMEX_CHANNELS, ENV_MOFED, ENV_NVSWITCH,
+    GATE_ENABLED, IMEX_CHANNEL_LIMIT, IMEX_CHANNEL_PREFIX, add_cdi_name, parse_imex_channel,
+};
 pub use devices::{DeviceId, DeviceList, normalize_bus_id};
 pub use inputs::{ContainerInputs, InputMount, RequestPolicy, build};
 pub use mig_access::{
@@ -152,6 +157,20 @@ pub enum RequestError {
         element: Quoted,
         value: Quoted,
     },
+    #[error(
+        "invalid IMEX channel {element} in {origin}: {reason} (valid: 0-1048575, \
+         optionally written channel<n>, e.g. 0,2 or channel3)"
+    )]
+    InvalidImexChannel {
+        element: Quoted,
+        /// The variable and its value, or the volume mount.
+        origin: String,
+        reason: &'static str,
+    },
+    #[error(
+        "unknown CDI device {name}: the device classes gds, mofed, gdrcopy and nvswitch have one device, all"
+    )]
+    ClassDevice { name: Quoted },
 }
 
 /// A user-supplied value shown in an error: quoted, control characters escaped, and
@@ -191,6 +210,30 @@ pub fn shown_name(name: &str) -> String {
         name.to_string()
     } else {
         Quoted::new(name).to_string()
+    }
+}
+
+/// Lexical path cleaning like Go's `filepath.Clean` for absolute paths: repeated
+/// slashes, `.` and `..` are resolved, and there is no trailing slash. (A relative
+/// path never matches what it is compared with, so its `..` handling is simplified.)
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    if path.starts_with('/') {
+        format!("/{joined}")
+    } else if joined.is_empty() {
+        ".".to_string()
+    } else {
+        joined
     }
 }
 
@@ -268,6 +311,10 @@ pub struct Request {
     /// `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` (GPU containers only).
     #[serde(default, skip_serializing_if = "MigAccess::is_none")]
     pub mig_access: MigAccess,
+    /// IMEX channels and the gated classes (GDS, MOFED, GDRCopy, NVSwitch); empty when
+    /// no devices were requested.
+    #[serde(skip_serializing_if = "DeviceClasses::is_unset")]
+    pub classes: DeviceClasses,
 }
 
 impl Request {
@@ -280,6 +327,7 @@ impl Request {
             source: DeviceSource::Explicit,
             ignored: None,
             mig_access: MigAccess::default(),
+            classes: DeviceClasses::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 mod common;
 
 mod cdi_schema;
+mod classes;
 mod configure;
 mod core_deps;
 mod ctk_system;

@@ -10,6 +10,7 @@
 mod common;
 
 mod cgroup2;
+mod classes;
 mod dev_char;
 mod engines;
 mod prestart;

@@ -12,6 +12,7 @@ mod common;
 
 mod cdi;
 mod cdi_podman;
+mod classes;
 mod containerd;
 mod corpus;
 mod docker;

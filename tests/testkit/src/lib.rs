@@ -24,6 +24,7 @@
 //! nvshim's view of them.
 
 mod artifacts;
+mod classes;
 mod devices;
 mod driver;
 mod engines;
@@ -41,6 +42,10 @@ mod spec;
 pub use artifacts::{
     Artifacts, FAKE_NVIDIA_SMI_ENV, FAKE_NVIDIA_SMI_FILE, MOCK_NVML_ENV, MOCK_NVML_FILE,
     workspace_binary,
+};
+pub use classes::{
+    CUFILE_JSON, GDRDRV_MAJOR, IMEX_CHANNELS_MAJOR, INFINIBAND_VERBS_MAJOR, NVIDIA_FS_MAJOR,
+    NVSWITCH_MAJOR, UDEV_DATA_FILE, class_nodes, proc_devices,
 };
 pub use devices::{DeviceNode, device_nodes};
 pub use driver::{
