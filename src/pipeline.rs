@@ -509,3 +509,7 @@ fn has_mig_instances(roots: &Roots, inventory: &Inventory) -> bool {
         })
     })
 }
+
+#[cfg(test)]
+#[path = "pipeline_wsl_tests.rs"]
+mod wsl_tests;
