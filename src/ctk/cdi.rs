@@ -61,8 +61,8 @@ pub struct GenerateArgs {
     /// yaml or json; overrides the output file's extension.
     #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT")]
     pub format: Option<String>,
-    /// The discovery mode: auto, nvml or management (wsl, csv, gds, mofed, gdrcopy,
-    /// nvswitch and imex are not supported yet).
+    /// The discovery mode: auto, nvml, management or wsl (csv, gds, mofed, gdrcopy,
+    /// nvswitch and imex are not supported yet); auto is wsl on a WSL2 node.
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -227,7 +227,7 @@ pub enum CdiError {
     Format(String),
     #[error("invalid discovery mode {mode:?} (valid: {})", MODES.join(", "))]
     Mode { mode: String },
-    #[error("discovery mode {0:?} is not supported yet (supported: auto, nvml, management)")]
+    #[error("discovery mode {0:?} is not supported yet (supported: auto, nvml, management, wsl)")]
     UnsupportedMode(String),
     #[error("{0}")]
     Unsupported(String),
@@ -245,6 +245,11 @@ pub enum CdiError {
     Parse { from: String, reason: String },
     #[error(transparent)]
     Transform(#[from] TransformError),
+    #[error(
+        "--mode wsl needs a WSL2 node: a character device {dxg} and no {proc_driver} \
+         (the dev root and proc root say where to look)"
+    )]
+    NotWsl { dxg: String, proc_driver: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +298,8 @@ impl GeneratePlan {
     fn from_args(global: &GlobalArgs, a: &GenerateArgs) -> Result<Self, CdiError> {
         let mode = a.mode.to_ascii_lowercase();
         let backend = match mode.as_str() {
-            "auto" | "management" => Backend::Auto,
+            // `wsl`: what `auto` finds on a WSL2 node, checked below.
+            "auto" | "management" | "wsl" => Backend::Auto,
             "nvml" => Backend::Nvml,
             m if MODES.contains(&m) => return Err(CdiError::UnsupportedMode(m.to_owned())),
             _ => {
@@ -396,6 +402,17 @@ impl GeneratePlan {
             nvml: NvmlAccess::InProcess,
             ..Default::default()
         };
+        if mode == "wsl" && !crate::inventory::wsl::detect(&ctx.roots) {
+            return Err(CdiError::NotWsl {
+                dxg: ctx.roots.dev.join("dev/dxg").display().to_string(),
+                proc_driver: ctx
+                    .roots
+                    .proc
+                    .join("proc/driver/nvidia")
+                    .display()
+                    .to_string(),
+            });
+        }
         Ok(Self {
             ctx,
             options,

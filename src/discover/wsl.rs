@@ -103,8 +103,7 @@ pub fn driver_store(driver_root: &Path) -> Result<Option<PathBuf>, DiscoverError
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|name| {
             // `symlink_metadata`: a link in the store could point anywhere on the host.
-            fs::symlink_metadata(drivers.join(name).join(STORE_MARKER))
-                .is_ok_and(|m| m.is_file())
+            fs::symlink_metadata(drivers.join(name).join(STORE_MARKER)).is_ok_and(|m| m.is_file())
         })
         .collect();
     names.sort();

@@ -145,7 +145,11 @@ fn all_gpus_get_dxg_dxcore_and_the_driver_store() {
         .iter()
         .map(|n| (n.path.display().to_string(), n.major, n.minor))
         .collect();
-    assert_eq!(nodes, [("/dev/dxg".to_owned(), 10, 63)], "one node for all GPUs");
+    assert_eq!(
+        nodes,
+        [("/dev/dxg".to_owned(), 10, 63)],
+        "one node for all GPUs"
+    );
 
     let files: Vec<(String, FileKind)> = out
         .files
@@ -154,7 +158,10 @@ fn all_gpus_get_dxg_dxcore_and_the_driver_store() {
         .collect();
     let store = |name: &str| format!("{STORE}/{name}");
     let want_files = vec![
-        ("/usr/lib/wsl/lib/libdxcore.so".to_owned(), FileKind::Library),
+        (
+            "/usr/lib/wsl/lib/libdxcore.so".to_owned(),
+            FileKind::Library,
+        ),
         (store("libcuda.so.1.1"), FileKind::Library),
         (store("libcuda_loader.so"), FileKind::Library),
         (store("libnvidia-ptxjitcompiler.so.1"), FileKind::Library),
