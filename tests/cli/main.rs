@@ -14,6 +14,7 @@ mod cdi_schema;
 mod configure;
 mod core_deps;
 mod ctk_system;
+mod ctk_wsl;
 mod docs_flags;
 mod doctor;
 mod info_list;
