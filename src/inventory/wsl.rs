@@ -33,11 +33,12 @@ pub fn detect(roots: &Roots) -> bool {
     !proc_driver(roots).exists() && dxg_present(roots)
 }
 
-/// Whether `<dev root>/dev/dxg` is a character device (one `stat`). Callers that
-/// already know `/proc/driver/nvidia` is missing ask this alone.
+/// Whether `<dev root>/dev/dxg` is a character device (one `lstat`, as discovery
+/// reads device nodes: a link there is not the device). Callers that already know
+/// `/proc/driver/nvidia` is missing ask this alone.
 pub fn dxg_present(roots: &Roots) -> bool {
     let path = roots.dev.join(DXG_NODE.trim_start_matches('/'));
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 fn proc_driver(roots: &Roots) -> PathBuf {
@@ -66,8 +67,16 @@ mod tests {
         std::fs::write(dir.path().join("dev/dxg"), b"")?;
         assert!(!detect(&r), "dxg as a regular file");
         std::fs::remove_file(dir.path().join("dev/dxg"))?;
-        // /dev/null stands in for a character device without mknod.
         std::os::unix::fs::symlink("/dev/null", dir.path().join("dev/dxg"))?;
+        assert!(!detect(&r), "dxg as a link, even to a char device");
+        std::fs::remove_file(dir.path().join("dev/dxg"))?;
+        // The tests run as root: a real node (10:63, a misc device).
+        nix::sys::stat::mknod(
+            &dir.path().join("dev/dxg"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(10, 63),
+        )?;
         assert!(dxg_present(&r), "dxg as a char device");
         assert!(detect(&r), "dxg and no proc/driver/nvidia");
         std::fs::create_dir_all(dir.path().join("proc/driver/nvidia"))?;
