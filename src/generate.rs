@@ -209,6 +209,11 @@ pub enum GenerateError {
     Hook(#[from] ArgError),
     #[error("the generated spec is not valid CDI: {0}")]
     Invalid(#[from] cdi::SpecError),
+    #[error(
+        "on WSL2 a spec has the device \"all\" alone (/dev/dxg serves every GPU): \
+         drop --no-all-device"
+    )]
+    WslAllOnly,
 }
 
 /// Generates the spec for the host `ctx` describes.
@@ -256,6 +261,12 @@ fn generate_on_with(
     if inventory.gpus.is_empty() {
         return Err(GenerateError::NoGpu);
     }
+    // WSL2: one node serves every GPU, so NVIDIA's spec has the `all` device alone,
+    // and neither the CUDA compat hook nor the application profile (`pkg/nvcdi/lib-wsl.go`).
+    let wsl = backend == Backend::Nvml && crate::inventory::wsl::detect(&ctx.roots);
+    if wsl && !options.all_device {
+        return Err(GenerateError::WslAllOnly);
+    }
     let caps = options.capabilities;
     let wanted = |name: &str| options.only.as_ref().is_none_or(|only| only.contains(name));
     let planner = Planner {
@@ -271,7 +282,7 @@ fn generate_on_with(
         .push(format!("{}=void", crate::request::ENV_VISIBLE_DEVICES));
     shared
         .hooks
-        .extend(shape.hooks(&common.symlinks, &common.ldcache, true)?);
+        .extend(shape.hooks(&common.symlinks, &common.ldcache, !wsl)?);
     if common.modify_device_files && options.cover_params {
         shared.hooks.push(stage_hook(
             options,
@@ -279,14 +290,14 @@ fn generate_on_with(
             Vec::new(),
         ));
     }
-    if shape.nvidia.is_some_and(|n| n.application_profile) {
+    if shape.nvidia.is_some_and(|n| n.application_profile) && !wsl {
         shared
             .hooks
             .push(stage_hook(options, UPDATE_APPLICATION_PROFILE, Vec::new()));
     }
 
     let mut devices = Vec::new();
-    for gpu in &inventory.gpus {
+    for gpu in inventory.gpus.iter().filter(|_| !wsl) {
         let names: Vec<String> = options
             .strategies
             .iter()
@@ -327,7 +338,7 @@ fn generate_on_with(
     }
     // No naming strategy at all asks for the `all` device alone (NVIDIA's management
     // mode).
-    let only_all = options.strategies.is_empty() && options.all_device;
+    let only_all = (options.strategies.is_empty() || wsl) && options.all_device;
     if devices.is_empty() && !only_all {
         return Err(GenerateError::NoneWanted {
             wanted: options.only.iter().flatten().cloned().collect(),

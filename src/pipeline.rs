@@ -121,6 +121,15 @@ pub enum PipelineError {
     ClassName(crate::request::RequestError),
     #[error("cannot create the IMEX channel nodes: {0}")]
     ImexChannels(#[source] crate::device_nodes::DeviceNodesError),
+    #[error(
+        "on WSL2 one device node (/dev/dxg) serves every GPU, so a container gets all {total} \
+         GPUs or none: {devices} selects {selected} (use all, as NVIDIA's toolkit requires there)"
+    )]
+    WslPartial {
+        devices: String,
+        selected: usize,
+        total: usize,
+    },
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].
@@ -330,15 +339,26 @@ pub fn plan_on(
         crate::device_nodes::create_imex_channels(&ctx.roots, &request.classes.imex_channels)
             .map_err(PipelineError::ImexChannels)?;
     }
-    let resources = discover::discover(
-        &ctx.roots,
-        Want {
-            driver_version: &inventory.driver.version,
-            capabilities: request.capabilities,
-            selection: &selection,
-            classes: &request.classes,
-        },
-    )?;
+    let want = Want {
+        driver_version: &inventory.driver.version,
+        capabilities: request.capabilities,
+        selection: &selection,
+        classes: &request.classes,
+    };
+    // Only an NVML inventory can be WSL's: the procfs path never looks.
+    let resources = if backend == Backend::Nvml && inventory::wsl::detect(&ctx.roots) {
+        let selected = selection.gpus.len() + selection.mig_devices.len();
+        if selected > 0 && selection.gpus.len() < inventory.gpus.len() {
+            return Err(PipelineError::WslPartial {
+                devices: request.devices.to_string(),
+                selected,
+                total: inventory.gpus.len(),
+            });
+        }
+        discover::wsl::discover(&ctx.roots, want)?
+    } else {
+        discover::discover(&ctx.roots, want)?
+    };
     let HostResources { missing, .. } = &resources;
     if let Some(m) = missing.iter().find(|m| m.required) {
         return Err(PipelineError::MissingRequired {
@@ -440,7 +460,15 @@ pub fn inventory_for(ctx: &Context, request: &Request) -> Result<Inventorying, P
             nvml(nvml_reason(ctx, request))
         }
         Backend::Auto => {
-            let (backend, inventory) = load(ctx, Backend::Procfs)?;
+            let (backend, inventory) = match load(ctx, Backend::Procfs) {
+                // No NVIDIA module: on WSL2 (`/dev/dxg`) only NVML lists the GPUs.
+                Err(PipelineError::Inventory(inventory::InventoryError::NoDriver { .. }))
+                    if inventory::wsl::dxg_present(&ctx.roots) =>
+                {
+                    return nvml(WSL_REASON);
+                }
+                loaded => loaded?,
+            };
             if *devices == DeviceList::All && has_mig_instances(&ctx.roots, &inventory) {
                 return nvml("MIG instances exist and all GPUs were requested");
             }
@@ -448,6 +476,9 @@ pub fn inventory_for(ctx: &Context, request: &Request) -> Result<Inventorying, P
         }
     }
 }
+
+/// Why a request on WSL2 needs NVML.
+const WSL_REASON: &str = "WSL2 (/dev/dxg, no /proc/driver/nvidia): only NVML lists the GPUs";
 
 /// Why `request` needs NVML on this `ctx`, in the words a hand-over logs.
 fn nvml_reason(ctx: &Context, request: &Request) -> &'static str {
@@ -510,3 +541,7 @@ fn has_mig_instances(roots: &Roots, inventory: &Inventory) -> bool {
         })
     })
 }
+
+#[cfg(test)]
+#[path = "pipeline_wsl_tests.rs"]
+mod wsl_tests;

@@ -61,8 +61,8 @@ pub struct GenerateArgs {
     /// yaml or json; overrides the output file's extension.
     #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT")]
     pub format: Option<String>,
-    /// The discovery mode: auto, nvml, management, or one device class: gds, mofed,
-    /// gdrcopy, nvswitch, imex (wsl and csv are not supported yet).
+    /// The discovery mode: auto, nvml, management, wsl, or one device class: gds, mofed,
+    /// gdrcopy, nvswitch, imex (csv is not supported yet); auto is wsl on a WSL2 node.
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -228,8 +228,8 @@ pub enum CdiError {
     #[error("invalid discovery mode {mode:?} (valid: {})", MODES.join(", "))]
     Mode { mode: String },
     #[error(
-        "discovery mode {0:?} is not supported yet (supported: auto, nvml, management, gds, \
-         mofed, gdrcopy, nvswitch, imex)"
+        "discovery mode {0:?} is not supported yet (supported: auto, nvml, management, wsl, \
+         gds, mofed, gdrcopy, nvswitch, imex)"
     )]
     UnsupportedMode(String),
     #[error("{0}")]
@@ -250,6 +250,11 @@ pub enum CdiError {
     Transform(#[from] TransformError),
     #[error(transparent)]
     Class(#[from] classes::ClassSpecError),
+    #[error(
+        "--mode wsl needs a WSL2 node: a character device {dxg} and no {proc_driver} \
+         (the dev root and proc root say where to look)"
+    )]
+    NotWsl { dxg: String, proc_driver: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -310,7 +315,8 @@ impl GeneratePlan {
     fn from_args(global: &GlobalArgs, a: &GenerateArgs) -> Result<Self, CdiError> {
         let mode = a.mode.to_ascii_lowercase();
         let backend = match mode.as_str() {
-            "auto" | "management" => Backend::Auto,
+            // `wsl`: what `auto` finds on a WSL2 node, checked below.
+            "auto" | "management" | "wsl" => Backend::Auto,
             "nvml" => Backend::Nvml,
             m if classes::ClassMode::parse(m).is_some() => Backend::Auto,
             m if MODES.contains(&m) => return Err(CdiError::UnsupportedMode(m.to_owned())),
@@ -414,6 +420,17 @@ impl GeneratePlan {
             nvml: NvmlAccess::InProcess,
             ..Default::default()
         };
+        if mode == "wsl" && !crate::inventory::wsl::detect(&ctx.roots) {
+            return Err(CdiError::NotWsl {
+                dxg: ctx.roots.dev.join("dev/dxg").display().to_string(),
+                proc_driver: ctx
+                    .roots
+                    .proc
+                    .join("proc/driver/nvidia")
+                    .display()
+                    .to_string(),
+            });
+        }
         Ok(Self {
             ctx,
             options,

@@ -14,6 +14,7 @@ mod nodes;
 pub mod params;
 pub mod resolve;
 pub mod table;
+pub mod wsl;
 
 pub use nodes::parse_mig_minors;
 

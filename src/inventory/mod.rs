@@ -10,6 +10,7 @@
 pub mod nvlink;
 pub mod nvml;
 pub mod procfs;
+pub mod wsl;
 
 use std::path::PathBuf;
 

@@ -89,7 +89,10 @@ fn gpu(nvml: &Nvml, index: u32, device: &Device) -> Result<Gpu, InventoryError> 
     };
     Ok(Gpu {
         index,
-        minor: device.minor_number()?,
+        // WSL's NVML has no minor numbers (there are no `/dev/nvidia<minor>` nodes, only
+        // `/dev/dxg`) and answers "not supported": the index stands in, and nothing looks
+        // up a node by it there (`discover::wsl`).
+        minor: unsupported_as_none(device.minor_number())?.unwrap_or(index),
         uuid: device.uuid()?,
         bus_id,
         name: device.name()?,

@@ -16,6 +16,7 @@ mod configure;
 mod core_deps;
 mod ctk_system;
 mod docs_env;
+mod ctk_wsl;
 mod docs_flags;
 mod doctor;
 mod info_list;

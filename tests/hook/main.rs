@@ -16,3 +16,4 @@ mod engines;
 mod prestart;
 mod privileges;
 mod security;
+mod wsl;

@@ -21,3 +21,4 @@ mod mig_access;
 mod runc;
 mod shim;
 mod soak;
+mod wsl;

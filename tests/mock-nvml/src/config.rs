@@ -24,6 +24,11 @@ pub struct Config {
     /// to it become events, or make a GPU disappear.
     #[serde(default)]
     pub event_file: Option<PathBuf>,
+    /// A WSL2 node: every GPU is visible while `<dev_root>/dxg` exists (there are no
+    /// `nvidia<minor>` nodes there) and `nvmlDeviceGetMinorNumber` is
+    /// `NVML_ERROR_NOT_SUPPORTED`, as WSL's NVML answers. Default false.
+    #[serde(default)]
+    pub wsl: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -320,8 +320,8 @@ nvml_exports! {
     }
     fn nvmlDeviceGetMinorNumber(device: RawDevice, minor: *mut c_uint) {
         let value = with_device(device, |node, dev| match dev {
-            Dev::Gpu(_) => Ok(node.gpu(dev).config.minor),
-            Dev::Mig(..) => Err(code::NOT_SUPPORTED),
+            Dev::Gpu(_) if !node.wsl => Ok(node.gpu(dev).config.minor),
+            Dev::Gpu(_) | Dev::Mig(..) => Err(code::NOT_SUPPORTED),
         })?;
         // SAFETY: NVML's contract: `minor` is NULL or points to an unsigned int.
         unsafe { put(minor, value) }

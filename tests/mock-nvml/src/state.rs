@@ -94,6 +94,8 @@ pub struct Node {
     /// The config file the node came from, whose readings are re-read when it changes
     /// (`None` for a node built from a config in memory).
     pub(crate) config_file: Option<ConfigFile>,
+    /// A WSL2 node (the config's `wsl`): GPUs have no minor numbers.
+    pub wsl: bool,
 }
 
 impl Node {
@@ -117,10 +119,12 @@ impl Node {
         Ok(node)
     }
 
-    /// Keeps the GPUs whose `<dev_root>/nvidia<minor>` exists, as the real driver only
-    /// reports GPUs this process can open, and sorts them into PCI bus order.
+    /// Keeps the GPUs whose `<dev_root>/nvidia<minor>` exists (on a WSL node, all of
+    /// them while `<dev_root>/dxg` exists), as the real driver only reports GPUs this
+    /// process can open, and sorts them into PCI bus order.
     pub fn new(config: Config, dev_root: &Path) -> Result<Node, String> {
         let mut gpus = Vec::new();
+        let dxg = config.wsl && dev_root.join("dxg").exists();
         for gpu in config.gpus {
             let bus_id = BusId::parse(&gpu.bus_id).ok_or_else(|| {
                 format!(
@@ -129,7 +133,12 @@ impl Node {
                 )
             })?;
             let nvlinks = expand_nvlinks(&gpu)?;
-            if !dev_root.join(format!("nvidia{}", gpu.minor)).exists() {
+            let visible = if config.wsl {
+                dxg
+            } else {
+                dev_root.join(format!("nvidia{}", gpu.minor)).exists()
+            };
+            if !visible {
                 continue;
             }
             let (major, minor) = gpu.compute_capability;
@@ -153,6 +162,7 @@ impl Node {
             xid_events: config.xid_events,
             event_file: config.event_file,
             config_file: None,
+            wsl: config.wsl,
         })
     }
 

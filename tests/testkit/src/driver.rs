@@ -203,7 +203,7 @@ fn compiler() -> String {
         .unwrap_or_else(|| "cc".to_owned())
 }
 
-fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
+pub(crate) fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
     let source = scratch.join("stub.c");
     let object = scratch.join("stub.o");
     files::write(&source, STUB_SOURCE, 0o644)?;
@@ -213,7 +213,7 @@ fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
     Ok(object)
 }
 
-fn link_stubs(object: &Path, stubs: &[(PathBuf, String)]) -> Result<(), TestkitError> {
+pub(crate) fn link_stubs(object: &Path, stubs: &[(PathBuf, String)]) -> Result<(), TestkitError> {
     let mut children = Vec::with_capacity(stubs.len());
     for (output, soname) in stubs {
         let mut cmd = Command::new(compiler());
@@ -269,7 +269,7 @@ pub fn ldconfig() -> Result<PathBuf, TestkitError> {
 
 /// `ldconfig -r <root>`: reads `<root>/etc/ld.so.conf`, refreshes soname links and writes
 /// `<root>/etc/ld.so.cache`. Always with `-r`: without it, it would rewrite the host's cache.
-fn run_ldconfig(root: &Path) -> Result<(), TestkitError> {
+pub(crate) fn run_ldconfig(root: &Path) -> Result<(), TestkitError> {
     let mut cmd = Command::new(ldconfig()?);
     cmd.arg("-r").arg(root);
     run(&mut cmd)

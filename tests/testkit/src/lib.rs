@@ -38,6 +38,7 @@ mod node;
 mod procfs;
 mod rootfs;
 mod spec;
+mod wsl;
 
 pub use artifacts::{
     Artifacts, FAKE_NVIDIA_SMI_ENV, FAKE_NVIDIA_SMI_FILE, MOCK_NVML_ENV, MOCK_NVML_FILE,
@@ -66,4 +67,8 @@ pub use spec::{
     MIG_MAX_COMPUTE_INSTANCES, MIG_MAX_GPU_INSTANCES, MIG_MONITOR_MINOR, MigSpec,
     NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, NVIDIA_UVM_MAJOR, NVIDIACTL_MINOR,
     NodeSpec, mig_ci_minor, mig_gi_minor, nvml_bus_id,
+};
+pub use wsl::{
+    DXG_MAJOR, DXG_MINOR, WSL_LIB_DIR, WSL_LIB_FILES, WSL_OTHER_STORE, WSL_STORE, WSL_STORE_EXTRAS,
+    WSL_STORE_FILES, WSL_STORE_UNMOUNTED,
 };

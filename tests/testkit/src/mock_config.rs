@@ -20,6 +20,10 @@ pub struct MockConfig {
     pub gpus: Vec<MockGpu>,
     pub xid_events: Vec<MockXidEvent>,
     pub event_file: String,
+    /// A WSL2 node (`SimNode::build_wsl`): every GPU visible while `dev_root/dxg` exists.
+    /// Left out of the file when false, so other nodes' configs read exactly as before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wsl: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -127,6 +131,7 @@ impl MockConfig {
                 })
                 .collect(),
             event_file: event_file.display().to_string(),
+            wsl: false,
         }
     }
 

@@ -18,7 +18,7 @@ pub const MOCK_NVML_CALL_LOG_ENV: &str = "MOCK_NVML_CALL_LOG";
 /// The mock NVML's config, in the node directory.
 pub const MOCK_CONFIG_FILE: &str = "mock-nvml.json";
 /// Scratch space for the stub's source and object while building; removed afterwards.
-const SCRATCH_DIR: &str = ".testkit-build";
+pub(crate) const SCRATCH_DIR: &str = ".testkit-build";
 
 /// A simulated GPU node on disk. Paths are absolute.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +143,7 @@ impl SimNode {
     }
 }
 
-fn prepare_dir(dir: &Path) -> Result<(), TestkitError> {
+pub(crate) fn prepare_dir(dir: &Path) -> Result<(), TestkitError> {
     match fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {

@@ -83,10 +83,35 @@ fn only_gpus_with_device_nodes_are_visible_in_bus_order() -> Result<(), Box<dyn 
         ],
         xid_events: Vec::new(),
         event_file: None,
+        wsl: false,
     };
     let node = Node::new(config, dev.path())?;
     let uuids: Vec<_> = node.gpus.iter().map(|g| g.config.uuid.as_str()).collect();
     assert_eq!(uuids, ["GPU-0a", "GPU-b1"]);
+    Ok(())
+}
+
+#[test]
+fn a_wsl_node_shows_every_gpu_while_dxg_exists() -> Result<(), Box<dyn std::error::Error>> {
+    let dev = tempfile::tempdir()?;
+    let config = || Config {
+        driver_version: "560.94".into(),
+        cuda_driver_version: 12060,
+        dev_root: None,
+        gpus: vec![
+            gpu("GPU-b1", "00000000:B1:00.0", 0),
+            gpu("GPU-07", "00000000:07:00.0", 1),
+        ],
+        xid_events: Vec::new(),
+        event_file: None,
+        wsl: true,
+    };
+    assert!(Node::new(config(), dev.path())?.gpus.is_empty(), "no dxg");
+    std::fs::write(dev.path().join("dxg"), "")?;
+    let node = Node::new(config(), dev.path())?;
+    let uuids: Vec<_> = node.gpus.iter().map(|g| g.config.uuid.as_str()).collect();
+    assert_eq!(uuids, ["GPU-07", "GPU-b1"]);
+    assert!(node.wsl);
     Ok(())
 }
 
@@ -110,6 +135,7 @@ fn handles_round_trip_and_reject_strangers() -> Result<(), Box<dyn std::error::E
         gpus: vec![with_mig],
         xid_events: Vec::new(),
         event_file: None,
+        wsl: false,
     };
     let mut node = Node::new(config, dev.path())?;
     for dev in [Dev::Gpu(0), Dev::Mig(0, 0)] {
@@ -214,6 +240,7 @@ fn nvlinks_expand_and_bound_link_numbers() -> Result<(), Box<dyn std::error::Err
         gpus: vec![linked, gpu("GPU-1", "0:f:0.0", 1)],
         xid_events: Vec::new(),
         event_file: None,
+        wsl: false,
     };
     let node = Node::new(config, dev.path())?;
     let link = |bus: &str, active| BusId::parse(bus).map(|remote| NvLink { remote, active });

@@ -28,6 +28,16 @@ pub fn node(spec: &NodeSpec) -> Node {
     Node { sim, _dir: dir }
 }
 
+/// Builds a WSL2-shaped node ([`SimNode::build_wsl`]) from `spec` in a fresh tempdir.
+pub fn wsl_node(spec: &NodeSpec) -> Node {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let artifacts =
+        Artifacts::locate().expect("mock NVML artifacts (run `cargo build --workspace` first)");
+    let sim = SimNode::build_wsl(spec, &dir.path().join("node"), &artifacts)
+        .expect("build simulated WSL2 node");
+    Node { sim, _dir: dir }
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
