@@ -93,6 +93,7 @@ fn options(kind: FileKind) -> &'static [&'static str] {
         FileKind::Library | FileKind::Binary | FileKind::Config | FileKind::Firmware => RO_OPTIONS,
         FileKind::Socket => SOCKET_OPTIONS,
         FileKind::IpcDir => IPC_DIR_OPTIONS,
+        FileKind::Directory => RO_OPTIONS,
     }
 }
 

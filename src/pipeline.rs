@@ -8,6 +8,8 @@
 //! means for this request, and which missing host files are fatal. A `void` request
 //! touches nothing on the host at all.
 
+pub mod csv;
+
 use std::fs;
 use std::path::PathBuf;
 
@@ -113,6 +115,8 @@ pub enum PipelineError {
         needed_for: String,
         detail: Option<String>,
     },
+    #[error(transparent)]
+    Csv(#[from] discover::csv::CsvError),
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].

@@ -8,6 +8,7 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
+pub mod csv;
 mod nodes;
 pub mod params;
 pub mod resolve;
@@ -56,6 +57,8 @@ pub enum FileKind {
     Socket,
     /// A pipe directory (MPS), mounted writable.
     IpcDir,
+    /// A directory a Tegra CSV file lists (`dir, …`), mounted read-only.
+    Directory,
 }
 
 /// A regular file (or IPC endpoint) found under the driver root.

@@ -22,9 +22,10 @@ use std::collections::BTreeMap;
 use super::{
     CDI_ANNOTATION_PREFIX, Condition, DeviceId, DeviceList, DeviceSource, DriverCapabilities,
     ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE, ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA,
-    ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX, ENV_VISIBLE_DEVICES, IgnoredRequest, Op, Quoted,
-    Request, RequestError, RequireKey, Requirement, VOLUME_MOUNT_CDI_PREFIX,
-    VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE, devices, shown_name,
+    ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX, ENV_VISIBLE_DEVICES, IgnoredRequest,
+    JETPACK_CSV_MOUNTS_ALL, Op, Quoted, Request, RequestError, RequireKey, Requirement,
+    VOLUME_MOUNT_CDI_PREFIX, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE,
+    devices, shown_name,
 };
 
 /// What the runtime reads from a container's `config.json` (the `bundle` module fills
@@ -92,6 +93,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             requirements: Vec::new(),
             source,
             ignored,
+            csv_mounts_all: false,
         });
     }
     Ok(Request {
@@ -100,6 +102,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
         requirements: requirements(&env, policy)?,
         source,
         ignored,
+        csv_mounts_all: env.get(ENV_REQUIRE_JETPACK) == Some(JETPACK_CSV_MOUNTS_ALL),
     })
 }
 

@@ -43,6 +43,8 @@ pub const ENV_REQUIRE_PREFIX: &str = "NVIDIA_REQUIRE_";
 pub const ENV_REQUIRE_CUDA: &str = "NVIDIA_REQUIRE_CUDA";
 /// `NVIDIA_REQUIRE_JETPACK`: a Tegra CSV-mount switch, not a requirement (matched as a prefix).
 pub const ENV_REQUIRE_JETPACK: &str = "NVIDIA_REQUIRE_JETPACK";
+/// The `NVIDIA_REQUIRE_JETPACK` value that makes Tegra's csv mode read every CSV file.
+pub const JETPACK_CSV_MOUNTS_ALL: &str = "csv-mounts=all";
 /// `NVIDIA_DISABLE_REQUIRE`: a Go `strconv.ParseBool` value; true drops every requirement.
 pub const ENV_DISABLE_REQUIRE: &str = "NVIDIA_DISABLE_REQUIRE";
 /// `CUDA_VERSION`: set by old CUDA images; with no `NVIDIA_REQUIRE_CUDA` the image is "legacy".
@@ -246,6 +248,10 @@ pub struct Request {
     /// Set when an env request was dropped by policy (then `devices` is `Void`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ignored: Option<IgnoredRequest>,
+    /// `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`: csv mode (Tegra) reads every CSV file,
+    /// not only the base ones.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub csv_mounts_all: bool,
 }
 
 impl Request {
@@ -257,6 +263,7 @@ impl Request {
             requirements: Vec::new(),
             source: DeviceSource::Explicit,
             ignored: None,
+            csv_mounts_all: false,
         }
     }
 }

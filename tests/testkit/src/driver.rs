@@ -203,7 +203,7 @@ fn compiler() -> String {
         .unwrap_or_else(|| "cc".to_owned())
 }
 
-fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
+pub(crate) fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
     let source = scratch.join("stub.c");
     let object = scratch.join("stub.o");
     files::write(&source, STUB_SOURCE, 0o644)?;
@@ -213,7 +213,7 @@ fn compile_stub(scratch: &Path) -> Result<PathBuf, TestkitError> {
     Ok(object)
 }
 
-fn link_stubs(object: &Path, stubs: &[(PathBuf, String)]) -> Result<(), TestkitError> {
+pub(crate) fn link_stubs(object: &Path, stubs: &[(PathBuf, String)]) -> Result<(), TestkitError> {
     let mut children = Vec::with_capacity(stubs.len());
     for (output, soname) in stubs {
         let mut cmd = Command::new(compiler());

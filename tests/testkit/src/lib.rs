@@ -37,6 +37,7 @@ mod node;
 mod procfs;
 mod rootfs;
 mod spec;
+mod tegra;
 
 pub use artifacts::{
     Artifacts, FAKE_NVIDIA_SMI_ENV, FAKE_NVIDIA_SMI_FILE, MOCK_NVML_ENV, MOCK_NVML_FILE,
@@ -61,4 +62,8 @@ pub use spec::{
     MIG_MAX_COMPUTE_INSTANCES, MIG_MAX_GPU_INSTANCES, MIG_MONITOR_MINOR, MigSpec,
     NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, NVIDIA_UVM_MAJOR, NVIDIACTL_MINOR,
     NodeSpec, mig_ci_minor, mig_gi_minor, nvml_bus_id,
+};
+pub use tegra::{
+    TEGRA_DEVICES, TEGRA_DIR, TEGRA_DIR_FILE, TEGRA_EXTRA_LIBRARY, TEGRA_LIBRARIES,
+    TEGRA_MISSING_LIBRARY, TEGRA_SPEC_DIR, TegraNode,
 };
