@@ -19,3 +19,4 @@ mod driver_params;
 mod runc;
 mod shim;
 mod soak;
+mod tegra;
