@@ -15,3 +15,4 @@ mod engines;
 mod prestart;
 mod privileges;
 mod security;
+mod tegra;
