@@ -16,6 +16,7 @@ use crate::cdi::transform::{self, RelativeTo};
 use crate::cli::CliError;
 use crate::cli::cdi::{self as nvshim_cdi, Format};
 use crate::config;
+use crate::discover::csv::{CsvFiles, CsvSource, Pattern, PatternError};
 use crate::generate::{self, NameStrategy, NvidiaHooks, Options};
 use crate::hook_contract::{ALL_HOOKS, CDI_HOOK_BINARY, DISABLE_DEVICE_NODE_MODIFICATION};
 use crate::inventory::{Backend, Source};
@@ -61,7 +62,7 @@ pub struct GenerateArgs {
     /// yaml or json; overrides the output file's extension.
     #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT")]
     pub format: Option<String>,
-    /// The discovery mode: auto, nvml or management (wsl, csv, gds, mofed, gdrcopy,
+    /// The discovery mode: auto, nvml, management or csv (wsl, gds, mofed, gdrcopy,
     /// nvswitch and imex are not supported yet).
     #[arg(
         long,
@@ -86,7 +87,7 @@ pub struct GenerateArgs {
     /// The driver root; default: the config's nvidia-container-cli.root, else /.
     #[arg(long, env = "NVIDIA_CTK_DRIVER_ROOT")]
     pub driver_root: Option<PathBuf>,
-    /// Library search paths for CSV mode (ignored in other modes, as NVIDIA's).
+    /// Library search paths for CSV mode (ignored: our CSV paths are absolute).
     #[arg(
         long,
         value_delimiter = ',',
@@ -127,14 +128,16 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_CLASS"
     )]
     pub class: String,
-    /// CSV files for CSV mode (Tegra; not supported yet).
+    /// CSV files for CSV mode (Tegra); default: the base files (devices.csv,
+    /// drivers.csv, l4t.csv) of the config's modes.csv.mount-spec-path.
     #[arg(
         long = "csv.file",
         value_delimiter = ',',
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES"
     )]
     pub csv_file: Vec<String>,
-    /// Patterns to leave out of CSV mode's mounts (not supported yet).
+    /// Patterns of CSV mode's `sym` entries to leave out: the whole path, or the file
+    /// name for `**/<pattern>`.
     #[arg(
         long = "csv.ignore-pattern",
         value_delimiter = ',',
@@ -227,7 +230,7 @@ pub enum CdiError {
     Format(String),
     #[error("invalid discovery mode {mode:?} (valid: {})", MODES.join(", "))]
     Mode { mode: String },
-    #[error("discovery mode {0:?} is not supported yet (supported: auto, nvml, management)")]
+    #[error("discovery mode {0:?} is not supported yet (supported: auto, nvml, management, csv)")]
     UnsupportedMode(String),
     #[error("{0}")]
     Unsupported(String),
@@ -245,6 +248,12 @@ pub enum CdiError {
     Parse { from: String, reason: String },
     #[error(transparent)]
     Transform(#[from] TransformError),
+    #[error("invalid --csv.ignore-pattern {pattern:?}: {source}")]
+    IgnorePattern {
+        pattern: String,
+        #[source]
+        source: PatternError,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,8 +284,11 @@ fn generate_spec(
     out: &mut dyn Write,
 ) -> Result<(), CdiError> {
     let plan = GeneratePlan::from_args(global, a)?;
-    let spec =
-        generate::generate_with(&plan.ctx, &plan.options, &plan.nvidia).map_err(CliError::from)?;
+    let spec = match &plan.csv {
+        Some(source) => generate::csv::generate(&plan.ctx, &plan.options, &plan.nvidia, source),
+        None => generate::generate_with(&plan.ctx, &plan.options, &plan.nvidia),
+    }
+    .map_err(CliError::from)?;
     let output = a.output.as_deref().filter(|p| !p.as_os_str().is_empty());
     Ok(nvshim_cdi::emit(&spec, output, plan.format, out)?)
 }
@@ -287,13 +299,15 @@ struct GeneratePlan {
     options: Options,
     nvidia: NvidiaHooks,
     format: Option<Format>,
+    /// `--mode csv`: the CSV files and ignore patterns.
+    csv: Option<CsvSource>,
 }
 
 impl GeneratePlan {
     fn from_args(global: &GlobalArgs, a: &GenerateArgs) -> Result<Self, CdiError> {
         let mode = a.mode.to_ascii_lowercase();
         let backend = match mode.as_str() {
-            "auto" | "management" => Backend::Auto,
+            "auto" | "management" | "csv" => Backend::Auto,
             "nvml" => Backend::Nvml,
             m if MODES.contains(&m) => return Err(CdiError::UnsupportedMode(m.to_owned())),
             _ => {
@@ -396,13 +410,53 @@ impl GeneratePlan {
             nvml: NvmlAccess::InProcess,
             ..Default::default()
         };
+        let csv = (mode == "csv")
+            .then(|| csv_source(a, &loaded.config))
+            .transpose()?;
         Ok(Self {
             ctx,
             options,
             nvidia,
             format,
+            csv,
         })
     }
+}
+
+/// `--csv.file` (default: the base files of `modes.csv.mount-spec-path`, as NVIDIA's
+/// default list is) and `--csv.ignore-pattern`.
+fn csv_source(a: &GenerateArgs, config: &config::Config) -> Result<CsvSource, CdiError> {
+    let files: Vec<PathBuf> = a
+        .csv_file
+        .iter()
+        .filter(|f| !f.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    let files = if files.is_empty() {
+        CsvFiles::Dir {
+            path: config
+                .nvidia_container_runtime
+                .modes
+                .csv
+                .mount_spec_path
+                .clone(),
+            all: false,
+        }
+    } else {
+        CsvFiles::Listed(files)
+    };
+    let ignore = a
+        .csv_ignore_pattern
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            Pattern::new(p).map_err(|source| CdiError::IgnorePattern {
+                pattern: p.clone(),
+                source,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(CsvSource { files, ignore })
 }
 
 fn hook_error(flag: &'static str, name: &str) -> CdiError {
