@@ -6,6 +6,8 @@
 //! `update-ldcache`, …; the hook path is `--nvidia-cdi-hook-path`, default
 //! `/usr/bin/nvidia-cdi-hook`), so tools that read specs see NVIDIA's form.
 
+mod csv;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -16,7 +18,7 @@ use crate::cdi::transform::{self, RelativeTo};
 use crate::cli::CliError;
 use crate::cli::cdi::{self as nvshim_cdi, Format};
 use crate::config;
-use crate::discover::csv::{CsvFiles, CsvSource, Pattern, PatternError};
+use crate::discover::csv::{CsvSource, PatternError};
 use crate::generate::{self, NameStrategy, NvidiaHooks, Options};
 use crate::hook_contract::{ALL_HOOKS, CDI_HOOK_BINARY, DISABLE_DEVICE_NODE_MODIFICATION};
 use crate::inventory::{Backend, Source};
@@ -411,7 +413,7 @@ impl GeneratePlan {
             ..Default::default()
         };
         let csv = (mode == "csv")
-            .then(|| csv_source(a, &loaded.config))
+            .then(|| csv::source(a, &loaded.config))
             .transpose()?;
         Ok(Self {
             ctx,
@@ -421,42 +423,6 @@ impl GeneratePlan {
             csv,
         })
     }
-}
-
-/// `--csv.file` (default: the base files of `modes.csv.mount-spec-path`, as NVIDIA's
-/// default list is) and `--csv.ignore-pattern`.
-fn csv_source(a: &GenerateArgs, config: &config::Config) -> Result<CsvSource, CdiError> {
-    let files: Vec<PathBuf> = a
-        .csv_file
-        .iter()
-        .filter(|f| !f.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    let files = if files.is_empty() {
-        CsvFiles::Dir {
-            path: config
-                .nvidia_container_runtime
-                .modes
-                .csv
-                .mount_spec_path
-                .clone(),
-            all: false,
-        }
-    } else {
-        CsvFiles::Listed(files)
-    };
-    let ignore = a
-        .csv_ignore_pattern
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            Pattern::new(p).map_err(|source| CdiError::IgnorePattern {
-                pattern: p.clone(),
-                source,
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(CsvSource { files, ignore })
 }
 
 fn hook_error(flag: &'static str, name: &str) -> CdiError {

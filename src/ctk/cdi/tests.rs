@@ -4,6 +4,7 @@ use clap::Parser;
 
 use super::*;
 use crate::ctk::{Ctk, CtkCommand};
+use crate::discover::csv::CsvFiles;
 
 fn generate_args(args: &[&str]) -> (GlobalArgs, GenerateArgs) {
     let argv = ["nvidia-ctk", "cdi", "generate"].iter().chain(args);
