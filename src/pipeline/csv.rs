@@ -58,7 +58,19 @@ pub fn plan(ctx: &Context, request: &Request, source: &CsvSource) -> Result<Plan
     let mut resources = csv::discover(&ctx.roots, &files, &source.ignore)?;
     link_libraries(&mut resources);
     plan.edits = edits::build(&resources);
-    plan.symlinks = edits::symlinks(&resources);
+    // A `dir` mount brings the host's own entries, links included, and is read-only:
+    // a link under it is neither needed nor creatable (the prestart hook makes links
+    // after mounting).
+    let dirs: Vec<&Path> = resources
+        .files
+        .iter()
+        .filter(|f| f.kind == FileKind::Directory)
+        .map(|f| f.path.as_path())
+        .collect();
+    plan.symlinks = edits::symlinks(&resources)
+        .into_iter()
+        .filter(|l| !dirs.iter().any(|d| l.path.starts_with(d)))
+        .collect();
     plan.ldcache = resources
         .files
         .iter()

@@ -150,3 +150,21 @@ fn csv_mounts_all_reads_every_file_and_void_reads_none() {
     assert!(plan.edits.is_empty() && plan.symlinks.is_empty());
     assert!(super::plan(&ctx, &request(DeviceList::All), &broken).is_err());
 }
+
+#[test]
+fn no_link_is_made_inside_a_mounted_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = node(tmp.path());
+    let specs = tmp
+        .path()
+        .join("etc/nvidia-container-runtime/host-files-for-container.d");
+    fs::write(specs.join("l4t.csv"), format!("dir, /{TEGRA}\n")).unwrap();
+    let plan = plan(&ctx(tmp.path()), &request(DeviceList::All), &source).unwrap();
+    let links: Vec<String> = plan
+        .symlinks
+        .iter()
+        .map(|l| l.path.display().to_string())
+        .collect();
+    assert_eq!(links, ["/usr/lib/aarch64-linux-gnu/libnvrm_gpu.so"]);
+    assert_eq!(plan.ldcache.len(), 2, "the cache entries stay");
+}
