@@ -61,20 +61,36 @@ pub fn plan(ctx: &Context, request: &Request, source: &CsvSource) -> Result<Plan
     // A `dir` mount brings the host's own entries, links included, and is read-only:
     // a link under it is neither needed nor creatable (the prestart hook makes links
     // after mounting).
-    let dirs: Vec<&Path> = resources
+    let dirs: Vec<(&Path, &Path)> = resources
         .files
         .iter()
         .filter(|f| f.kind == FileKind::Directory)
-        .map(|f| f.path.as_path())
+        .map(|f| (f.path.as_path(), f.host_path.as_path()))
         .collect();
+    // Where a link under such a directory would go, on the host: `None` if not under one.
+    let on_host = |path: &Path| {
+        dirs.iter().find_map(|(dir, host)| {
+            let rest = path.strip_prefix(dir).ok()?;
+            Some(host.join(rest))
+        })
+    };
     plan.symlinks = edits::symlinks(&resources)
         .into_iter()
-        .filter(|l| !dirs.iter().any(|d| l.path.starts_with(d)))
+        .filter(|l| on_host(&l.path).is_none())
         .collect();
     plan.ldcache = resources
         .files
         .iter()
-        .filter_map(|f| f.ldcache.clone())
+        .filter_map(|f| {
+            let mut entry = f.ldcache.clone()?;
+            // A soname link the directory lacks: the entry names the file itself.
+            if on_host(Path::new(&entry.value))
+                .is_some_and(|host| std::fs::symlink_metadata(host).is_err())
+            {
+                entry.value = f.path.to_string_lossy().into_owned();
+            }
+            Some(entry)
+        })
         .collect();
     tracing::debug!(
         csv_files = files.len(),
