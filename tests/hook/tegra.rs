@@ -1,7 +1,7 @@
 //! The prestart hook alone (as dockerd's `--gpus` puts it in the spec) on a Tegra-shaped
-//! node: NVIDIA's legacy hook gets the CSV files' contents through libnvidia-container on
-//! Jetson, and ours does the same through csv mode, here picked by `auto` from the node's
-//! Tegra files. The nodes pass the device cgroup (`ENXIO`: no driver behind the made-up
+//! node: ours plans csv mode, here picked by `auto` from the node's Tegra files (NVIDIA's
+//! hook needs `skip-mode-detection` for that, then libnvidia-container reads the CSV
+//! files). The nodes pass the device cgroup (`ENXIO`: no driver behind the made-up
 //! majors), the libraries are found by soname, the soname link exists.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
