@@ -412,7 +412,9 @@ impl GeneratePlan {
             nvml: NvmlAccess::InProcess,
             ..Default::default()
         };
-        let csv = (mode == "csv")
+        // NVIDIA's `auto` is csv on a Tegra host (go-nvlib's platform check).
+        let tegra = || crate::discover::csv::is_tegra(&ctx.roots);
+        let csv = (mode == "csv" || (mode == "auto" && tegra()))
             .then(|| csv::source(a, &loaded.config))
             .transpose()?;
         Ok(Self {

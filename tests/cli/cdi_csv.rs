@@ -1,7 +1,7 @@
 //! `nvidia-ctk cdi generate --mode csv` through the real binary on a Tegra-shaped node:
 //! NVIDIA's spec shape (device `0` and `all`, each with the CSV files' nodes, mounts and
 //! hooks), `--csv.file`, `--csv.ignore-pattern`, the config's `mount-spec-path` as the
-//! default, and a spec the CDI schema accepts.
+//! default, a spec the CDI schema accepts, and `auto` picking csv on the Tegra node.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -115,5 +115,35 @@ fn cdi_generate_csv_mode_writes_nvidias_tegra_spec() {
     assert!(
         !edits.contains("/dev/nvmap"),
         "devices.csv is not listed: {edits}"
+    );
+}
+
+/// NVIDIA's `auto` is csv on a Tegra host: the default mode needs no flag there.
+#[test]
+fn cdi_generate_auto_is_csv_on_tegra() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = TegraNode::build(&tmp.path().join("node")).unwrap();
+    let ctk = tmp.path().join("nvidia-ctk");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), &ctk).unwrap();
+    let config = tmp.path().join("config.toml");
+    fs::write(&config, node.runtime_config("runc", "auto", None)).unwrap();
+    let out = Command::new(&ctk)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("NVIDIA_CTK_CONFIG_FILE_PATH", &config)
+        .args(["cdi", "generate", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(spec["devices"][0]["name"], "0");
+    assert!(
+        spec["devices"][0]["containerEdits"]
+            .to_string()
+            .contains("/dev/nvmap")
     );
 }
