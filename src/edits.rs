@@ -97,6 +97,7 @@ fn options(kind: FileKind) -> &'static [&'static str] {
         FileKind::Socket => SOCKET_OPTIONS,
         FileKind::IpcDir => IPC_DIR_OPTIONS,
         FileKind::ClassFile => CLASS_FILE_OPTIONS,
+        FileKind::Directory => RO_OPTIONS,
     }
 }
 

@@ -24,6 +24,8 @@
 //!
 //! Lives outside `cdi` (a leaf of plain types) because it needs the pipeline.
 
+pub mod csv;
+
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::str::FromStr;
@@ -214,6 +216,11 @@ pub enum GenerateError {
          drop --no-all-device"
     )]
     WslAllOnly,
+    #[error(
+        "the CSV mount specs list nothing this host has (csv mode reads devices.csv, \
+         drivers.csv and l4t.csv, or the --csv.file files): a spec needs at least one device"
+    )]
+    NoCsvEntries,
 }
 
 /// Generates the spec for the host `ctx` describes.

@@ -8,6 +8,7 @@
 //! means for this request, and which missing host files are fatal. A `void` request
 //! touches nothing on the host at all.
 
+pub mod csv;
 mod mig_access;
 
 use std::fs;
@@ -130,6 +131,8 @@ pub enum PipelineError {
         selected: usize,
         total: usize,
     },
+    #[error(transparent)]
+    Csv(#[from] discover::csv::CsvError),
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].

@@ -10,6 +10,7 @@
 //! hand the container to `nvshim` ([`NVML_HELPER`]) by `exec`. It reads the spec and
 //! never writes it (`inject` does), and touches nothing in the container.
 
+mod csv;
 mod nvml;
 
 use crate::bundle::SpecDoc;
@@ -128,6 +129,10 @@ pub fn plan(
         nvml,
         ..context(config, front)
     };
+    if let Some(source) = csv::source(config, request, &ctx.roots) {
+        let plan = pipeline::csv::plan(&ctx, request, &source)?;
+        return Ok(Planned::Ready(Box::new(plan)));
+    }
     match (nvml, front) {
         (NvmlAccess::Elsewhere, _) => {
             let staged = pipeline::stage(&ctx, request)?;

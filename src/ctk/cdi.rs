@@ -6,6 +6,8 @@
 //! `update-ldcache`, …; the hook path is `--nvidia-cdi-hook-path`, default
 //! `/usr/bin/nvidia-cdi-hook`), so tools that read specs see NVIDIA's form.
 
+mod csv;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,7 @@ use crate::cdi::transform::{self, RelativeTo};
 use crate::cli::CliError;
 use crate::cli::cdi::{self as nvshim_cdi, Format};
 use crate::config;
+use crate::discover::csv::{CsvSource, PatternError};
 use crate::generate::{self, NameStrategy, NvidiaHooks, Options};
 use crate::hook_contract::{ALL_HOOKS, CDI_HOOK_BINARY, DISABLE_DEVICE_NODE_MODIFICATION};
 use crate::inventory::{Backend, Source};
@@ -61,8 +64,8 @@ pub struct GenerateArgs {
     /// yaml or json; overrides the output file's extension.
     #[arg(long, env = "NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT")]
     pub format: Option<String>,
-    /// The discovery mode: auto, nvml, management, wsl, or one device class: gds, mofed,
-    /// gdrcopy, nvswitch, imex (csv is not supported yet); auto is wsl on a WSL2 node.
+    /// The discovery mode: auto, nvml, management, wsl, csv, or one device class: gds,
+    /// mofed, gdrcopy, nvswitch, imex; auto is wsl on a WSL2 node and csv on Tegra.
     #[arg(
         long,
         visible_alias = "discovery-mode",
@@ -86,7 +89,7 @@ pub struct GenerateArgs {
     /// The driver root; default: the config's nvidia-container-cli.root, else /.
     #[arg(long, env = "NVIDIA_CTK_DRIVER_ROOT")]
     pub driver_root: Option<PathBuf>,
-    /// Library search paths for CSV mode (ignored in other modes, as NVIDIA's).
+    /// Library search paths for CSV mode (ignored: our CSV paths are absolute).
     #[arg(
         long,
         value_delimiter = ',',
@@ -127,14 +130,16 @@ pub struct GenerateArgs {
         env = "NVIDIA_CTK_CDI_GENERATE_CLASS"
     )]
     pub class: String,
-    /// CSV files for CSV mode (Tegra; not supported yet).
+    /// CSV files for CSV mode (Tegra); default: the base files (devices.csv,
+    /// drivers.csv, l4t.csv) of the config's modes.csv.mount-spec-path.
     #[arg(
         long = "csv.file",
         value_delimiter = ',',
         env = "NVIDIA_CTK_CDI_GENERATE_CSV_FILES"
     )]
     pub csv_file: Vec<String>,
-    /// Patterns to leave out of CSV mode's mounts (not supported yet).
+    /// Patterns of CSV mode's `sym` entries to leave out: the whole path, or the file
+    /// name for `**/<pattern>`.
     #[arg(
         long = "csv.ignore-pattern",
         value_delimiter = ',',
@@ -229,7 +234,7 @@ pub enum CdiError {
     Mode { mode: String },
     #[error(
         "discovery mode {0:?} is not supported yet (supported: auto, nvml, management, wsl, \
-         gds, mofed, gdrcopy, nvswitch, imex)"
+         csv, gds, mofed, gdrcopy, nvswitch, imex)"
     )]
     UnsupportedMode(String),
     #[error("{0}")]
@@ -255,6 +260,12 @@ pub enum CdiError {
          (the dev root and proc root say where to look)"
     )]
     NotWsl { dxg: String, proc_driver: String },
+    #[error("invalid --csv.ignore-pattern {pattern:?}: {source}")]
+    IgnorePattern {
+        pattern: String,
+        #[source]
+        source: PatternError,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -297,8 +308,11 @@ fn generate_spec(
         let output = a.output.as_deref().filter(|p| !p.as_os_str().is_empty());
         return Ok(nvshim_cdi::emit(&spec, output, plan.format, out)?);
     }
-    let spec =
-        generate::generate_with(&plan.ctx, &plan.options, &plan.nvidia).map_err(CliError::from)?;
+    let spec = match &plan.csv {
+        Some(source) => generate::csv::generate(&plan.ctx, &plan.options, &plan.nvidia, source),
+        None => generate::generate_with(&plan.ctx, &plan.options, &plan.nvidia),
+    }
+    .map_err(CliError::from)?;
     let output = a.output.as_deref().filter(|p| !p.as_os_str().is_empty());
     Ok(nvshim_cdi::emit(&spec, output, plan.format, out)?)
 }
@@ -309,6 +323,8 @@ struct GeneratePlan {
     options: Options,
     nvidia: NvidiaHooks,
     format: Option<Format>,
+    /// `--mode csv`: the CSV files and ignore patterns.
+    csv: Option<CsvSource>,
 }
 
 impl GeneratePlan {
@@ -316,7 +332,7 @@ impl GeneratePlan {
         let mode = a.mode.to_ascii_lowercase();
         let backend = match mode.as_str() {
             // `wsl`: what `auto` finds on a WSL2 node, checked below.
-            "auto" | "management" | "wsl" => Backend::Auto,
+            "auto" | "management" | "wsl" | "csv" => Backend::Auto,
             "nvml" => Backend::Nvml,
             m if classes::ClassMode::parse(m).is_some() => Backend::Auto,
             m if MODES.contains(&m) => return Err(CdiError::UnsupportedMode(m.to_owned())),
@@ -431,11 +447,17 @@ impl GeneratePlan {
                     .to_string(),
             });
         }
+        // NVIDIA's `auto` is csv on a Tegra host (go-nvlib's platform check).
+        let tegra = || crate::discover::csv::is_tegra(&ctx.roots);
+        let csv = (mode == "csv" || (mode == "auto" && tegra()))
+            .then(|| csv::source(a, &loaded.config))
+            .transpose()?;
         Ok(Self {
             ctx,
             options,
             nvidia,
             format,
+            csv,
         })
     }
 }

@@ -8,8 +8,9 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
-pub mod mig_access;
 pub mod classes;
+pub mod csv;
+pub mod mig_access;
 mod nodes;
 pub mod params;
 pub mod resolve;
@@ -62,6 +63,8 @@ pub enum FileKind {
     /// A device class's host file or directory (GDS's `/etc/cufile.json` and
     /// `/run/udev`): read-only, with submounts (`rbind`), as NVIDIA mounts them.
     ClassFile,
+    /// A directory a Tegra CSV file lists (`dir, …`), mounted read-only.
+    Directory,
 }
 
 /// A regular file (or IPC endpoint) found under the driver root.

@@ -25,8 +25,8 @@ use super::{
     CDI_ANNOTATION_PREFIX, ClassPolicy, Condition, DeviceClasses, DeviceId, DeviceList,
     DeviceSource, DriverCapabilities, ENV_CUDA_VERSION, ENV_DISABLE_REQUIRE,
     ENV_DRIVER_CAPABILITIES, ENV_REQUIRE_CUDA, ENV_REQUIRE_JETPACK, ENV_REQUIRE_PREFIX,
-    ENV_VISIBLE_DEVICES, IgnoredRequest, Op, Quoted, Request, RequestError, RequireKey,
-    Requirement, VOLUME_MOUNT_CDI_PREFIX, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT,
+    ENV_VISIBLE_DEVICES, IgnoredRequest, JETPACK_CSV_MOUNTS_ALL, Op, Quoted, Request, RequestError,
+    RequireKey, Requirement, VOLUME_MOUNT_CDI_PREFIX, VOLUME_MOUNT_IMEX_PREFIX, VOLUME_MOUNT_ROOT,
     VOLUME_MOUNT_SOURCE, clean_path, devices, shown_name,
 };
 
@@ -103,6 +103,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             ignored,
             mig_access: MigAccess::default(),
             classes: DeviceClasses::default(),
+            csv_mounts_all: false,
         });
     }
     let class_policy = ClassPolicy {
@@ -128,6 +129,7 @@ pub fn build(inputs: &ContainerInputs, policy: &RequestPolicy) -> Result<Request
             inputs.privileged,
             class_policy,
         )?,
+        csv_mounts_all: env.get(ENV_REQUIRE_JETPACK) == Some(JETPACK_CSV_MOUNTS_ALL),
     })
 }
 

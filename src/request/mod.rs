@@ -52,6 +52,8 @@ pub const ENV_REQUIRE_PREFIX: &str = "NVIDIA_REQUIRE_";
 pub const ENV_REQUIRE_CUDA: &str = "NVIDIA_REQUIRE_CUDA";
 /// `NVIDIA_REQUIRE_JETPACK`: a Tegra CSV-mount switch, not a requirement (matched as a prefix).
 pub const ENV_REQUIRE_JETPACK: &str = "NVIDIA_REQUIRE_JETPACK";
+/// The `NVIDIA_REQUIRE_JETPACK` value that makes Tegra's csv mode read every CSV file.
+pub const JETPACK_CSV_MOUNTS_ALL: &str = "csv-mounts=all";
 /// `NVIDIA_DISABLE_REQUIRE`: a Go `strconv.ParseBool` value; true drops every requirement.
 pub const ENV_DISABLE_REQUIRE: &str = "NVIDIA_DISABLE_REQUIRE";
 /// `CUDA_VERSION`: set by old CUDA images; with no `NVIDIA_REQUIRE_CUDA` the image is "legacy".
@@ -315,6 +317,10 @@ pub struct Request {
     /// no devices were requested.
     #[serde(skip_serializing_if = "DeviceClasses::is_unset")]
     pub classes: DeviceClasses,
+    /// `NVIDIA_REQUIRE_JETPACK=csv-mounts=all`: csv mode (Tegra) reads every CSV file,
+    /// not only the base ones.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub csv_mounts_all: bool,
 }
 
 impl Request {
@@ -328,6 +334,7 @@ impl Request {
             ignored: None,
             mig_access: MigAccess::default(),
             classes: DeviceClasses::default(),
+            csv_mounts_all: false,
         }
     }
 }

@@ -10,13 +10,14 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cdi_csv;
 mod cdi_schema;
 mod classes;
 mod configure;
 mod core_deps;
 mod ctk_system;
-mod docs_env;
 mod ctk_wsl;
+mod docs_env;
 mod docs_flags;
 mod doctor;
 mod info_list;

@@ -16,4 +16,5 @@ mod engines;
 mod prestart;
 mod privileges;
 mod security;
+mod tegra;
 mod wsl;

@@ -21,4 +21,5 @@ mod mig_access;
 mod runc;
 mod shim;
 mod soak;
+mod tegra;
 mod wsl;

@@ -4,6 +4,7 @@ use clap::Parser;
 
 use super::*;
 use crate::ctk::{Ctk, CtkCommand};
+use crate::discover::csv::CsvFiles;
 
 fn generate_args(args: &[&str]) -> (GlobalArgs, GenerateArgs) {
     let argv = ["nvidia-ctk", "cdi", "generate"].iter().chain(args);
@@ -107,8 +108,11 @@ fn flags_become_options() {
 #[test]
 fn unsupported_and_bad_values_say_so() {
     let err = |args: &[&str]| plan(args).err().map(|e| e.to_string()).unwrap_or_default();
-    let e = err(&["--mode", "csv"]);
-    assert!(e.contains("\"csv\" is not supported yet"), "{e}");
+    let e = err(&["--mode", "csv", "--csv.ignore-pattern", "[a-"]);
+    assert!(
+        e.contains("invalid --csv.ignore-pattern \"[a-\": unterminated"),
+        "{e}"
+    );
     let e = err(&["--mode", "bogus"]);
     assert!(
         e.contains("invalid discovery mode \"bogus\"") && e.contains("nvml"),
@@ -134,6 +138,34 @@ fn unsupported_and_bad_values_say_so() {
     assert!(e.contains("\"name\"") && e.contains("type-index"), "{e}");
     // CSV-only flags are accepted outside CSV mode, as NVIDIA's.
     assert!(plan(&["--library-search-path", "/x", "--csv.file", "/y.csv"]).is_ok());
+}
+
+#[test]
+fn csv_mode_takes_the_csv_flags() {
+    let p = plan(&["--mode", "csv"]).unwrap();
+    assert_eq!(
+        p.csv.map(|c| c.files),
+        Some(CsvFiles::Dir {
+            path: "/etc/nvidia-container-runtime/host-files-for-container.d".into(),
+            all: false,
+        }),
+        "default: the base files of the config's mount-spec-path"
+    );
+    let p = plan(&[
+        "--mode=CSV",
+        "--csv.file",
+        "/a.csv,/b.csv",
+        "--csv.ignore-pattern",
+        "**/libcuda.so",
+    ])
+    .unwrap();
+    let csv = p.csv.unwrap();
+    assert_eq!(
+        csv.files,
+        CsvFiles::Listed(vec!["/a.csv".into(), "/b.csv".into()])
+    );
+    assert_eq!(csv.ignore.len(), 1);
+    assert!(plan(&["--csv.file", "/a.csv"]).unwrap().csv.is_none());
 }
 
 #[test]

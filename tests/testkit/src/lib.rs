@@ -38,6 +38,7 @@ mod node;
 mod procfs;
 mod rootfs;
 mod spec;
+mod tegra;
 mod wsl;
 
 pub use artifacts::{
@@ -67,6 +68,10 @@ pub use spec::{
     MIG_MAX_COMPUTE_INSTANCES, MIG_MAX_GPU_INSTANCES, MIG_MONITOR_MINOR, MigSpec,
     NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR, NVIDIA_UVM_MAJOR, NVIDIACTL_MINOR,
     NodeSpec, mig_ci_minor, mig_gi_minor, nvml_bus_id,
+};
+pub use tegra::{
+    TEGRA_DEVICES, TEGRA_DIR, TEGRA_DIR_FILE, TEGRA_EXTRA_LIBRARY, TEGRA_LIBRARIES,
+    TEGRA_MISSING_LIBRARY, TEGRA_SPEC_DIR, TegraNode,
 };
 pub use wsl::{
     DXG_MAJOR, DXG_MINOR, WSL_LIB_DIR, WSL_LIB_FILES, WSL_OTHER_STORE, WSL_STORE, WSL_STORE_EXTRAS,
