@@ -47,7 +47,7 @@ pub(super) fn device_nodes(
     Ok(())
 }
 
-fn node(
+pub(super) fn node(
     roots: &Roots,
     path: &str,
     needed_for: &str,

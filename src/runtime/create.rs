@@ -11,7 +11,8 @@ use crate::bundle::{Bundle, BundleError};
 use crate::cdi::Hook;
 use crate::config::Config;
 use crate::container::{self, ContainerError, Front, Preparation, Prepared};
-use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
+use crate::discover::SymlinkEdit;
+use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER};
 use crate::inject::{self, Applied, InjectError};
 use crate::pipeline::NvmlAccess;
 use crate::rootfs::{Rootfs, RootfsError, compat, linker};
@@ -46,6 +47,8 @@ pub enum CreateError {
     Cwd(#[source] std::io::Error),
     #[error("cannot write the driver's symlinks and linker cache into the container's rootfs: {0}")]
     Rootfs(#[from] RootfsError),
+    #[error("cannot pass the /dev links to the hook: {0}")]
+    HookArgs(#[from] hook_contract::ArgError),
 }
 
 /// Edits the bundle at `dir` for `config`. With [`NvmlAccess::Elsewhere`] a request
@@ -86,6 +89,9 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
         let rootfs = rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?;
         let rootfs = std::path::absolute(rootfs).map_err(CreateError::Cwd)?;
         plan.edits.hooks.push(params_hook(&hook_binary(), &rootfs));
+    }
+    if let Some(hook) = dev_links_hook(&hook_binary(), &mut plan.symlinks)? {
+        plan.edits.hooks.push(hook);
     }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
@@ -128,6 +134,25 @@ pub fn params_hook(binary: &Path, rootfs: &Path) -> Hook {
         DISABLE_DEVICE_NODE_MODIFICATION,
         hook_contract::params_args(rootfs),
     )
+}
+
+/// Takes the links under `/dev` (the DRM `by-path` links) out of `links`: written into
+/// the rootfs now they would end up under the `/dev` tmpfs runc mounts, so a
+/// `createContainer` hook (`link-driver`, run once that tmpfs is there) makes them, as
+/// NVIDIA's `create-symlinks` hook does.
+pub fn dev_links_hook(
+    binary: &Path,
+    links: &mut Vec<SymlinkEdit>,
+) -> Result<Option<Hook>, hook_contract::ArgError> {
+    let (dev, rest): (Vec<SymlinkEdit>, Vec<SymlinkEdit>) = std::mem::take(links)
+        .into_iter()
+        .partition(|l| l.path.starts_with("/dev"));
+    *links = rest;
+    if dev.is_empty() {
+        return Ok(None);
+    }
+    let args = hook_contract::encode_link_driver(&dev, &[])?;
+    Ok(Some(hook_contract::stage_hook(binary, LINK_DRIVER, args)))
 }
 
 /// `nvidia-container-runtime-hook` beside the running binary (the runtime, or the
