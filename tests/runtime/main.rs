@@ -16,6 +16,7 @@ mod containerd;
 mod corpus;
 mod docker;
 mod driver_params;
+mod graphics;
 mod runc;
 mod shim;
 mod soak;

@@ -18,13 +18,13 @@ use crate::common::{GPU_SCRIPT as SCRIPT, Node, Printed, node};
 use nvshim_testkit::{NodeSpec, runc_bundle};
 use serde_json::{Value, json};
 
-struct E2e {
-    node: Node,
-    dir: tempfile::TempDir,
-    rootfs: PathBuf,
+pub(crate) struct E2e {
+    pub(crate) node: Node,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) rootfs: PathBuf,
 }
 
-fn setup() -> E2e {
+pub(crate) fn setup() -> E2e {
     setup_with(None)
 }
 
@@ -49,17 +49,17 @@ fn setup_with(install: Option<(&Path, &str)>) -> E2e {
 
 static IDS: AtomicUsize = AtomicUsize::new(0);
 
-struct Run {
-    out: Output,
-    bundle: PathBuf,
+pub(crate) struct Run {
+    pub(crate) out: Output,
+    pub(crate) bundle: PathBuf,
     id: String,
 }
 
 impl Run {
-    fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.out.stdout).into_owned()
     }
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
     fn printed(&self) -> Printed {
@@ -82,7 +82,7 @@ impl E2e {
     }
 
     /// [`E2e::run`] with `script` in place of SCRIPT.
-    fn run_script(&self, env: &[&str], script: &str) -> Run {
+    pub(crate) fn run_script(&self, env: &[&str], script: &str) -> Run {
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let id = format!("nvshim-e2e-{}-{n}", std::process::id());
         let bundle = self.dir.path().join(&id);
@@ -135,7 +135,7 @@ impl E2e {
     }
 }
 
-fn ok(run: &Run) {
+pub(crate) fn ok(run: &Run) {
     assert!(
         run.out.status.success(),
         "container failed ({}):\nstdout:\n{}\nstderr:\n{}",
