@@ -12,6 +12,7 @@ mod common;
 mod cgroup2;
 mod dev_char;
 mod engines;
+mod graphics;
 mod prestart;
 mod privileges;
 mod security;

@@ -45,10 +45,10 @@ const SCRIPT: &str = "; echo ---; openprobe /dev/nvidia1 /dev/nvidiactl /dev/nvi
      echo ---; grep libcuda.so /proc/self/mountinfo; \
      echo ---; (echo x >> /usr/lib/x86_64-linux-gnu/libcuda.so.1) 2>&1; echo \"write rc=$?\"";
 
-struct E2e {
-    node: Node,
-    dir: tempfile::TempDir,
-    rootfs: PathBuf,
+pub(crate) struct E2e {
+    pub(crate) node: Node,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) rootfs: PathBuf,
 }
 
 /// Builds `openprobe` with the host's gcc.
@@ -71,7 +71,7 @@ pub(crate) fn probe(dir: &Path) -> PathBuf {
     bin
 }
 
-fn setup() -> E2e {
+pub(crate) fn setup() -> E2e {
     let node = node(&NodeSpec::standard(8));
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
@@ -85,14 +85,14 @@ fn setup() -> E2e {
 
 static IDS: AtomicUsize = AtomicUsize::new(0);
 
-struct Run {
-    out: Output,
-    bundle: PathBuf,
+pub(crate) struct Run {
+    pub(crate) out: Output,
+    pub(crate) bundle: PathBuf,
     id: String,
 }
 
 impl Run {
-    fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.out.stdout).into_owned()
     }
     fn stderr(&self) -> String {
@@ -101,7 +101,7 @@ impl Run {
     fn printed(&self) -> Printed {
         Printed(self.stdout())
     }
-    fn ok(&self) -> &Run {
+    pub(crate) fn ok(&self) -> &Run {
         assert!(
             self.out.status.success(),
             "container failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -132,7 +132,7 @@ impl E2e {
 
     /// The hook's config.toml: the node's roots, the hook's log, `extra` lines in
     /// `[nvidia-container-cli]`.
-    fn config(&self, extra: &str) -> PathBuf {
+    pub(crate) fn config(&self, extra: &str) -> PathBuf {
         let d = self.node.sim.dir.display();
         let path = self.dir.path().join(format!(
             "config-{}.toml",
@@ -154,7 +154,12 @@ impl E2e {
     /// Runs `GPU_SCRIPT + SCRIPT` in a fresh bundle with `env` through plain runc, the
     /// hook in the spec's prestart hooks; `edit` may change the bundle (its directory
     /// and the spec) further.
-    fn run_with(&self, env: &[&str], config: &Path, edit: impl FnOnce(&Path, &mut Value)) -> Run {
+    pub(crate) fn run_with(
+        &self,
+        env: &[&str],
+        config: &Path,
+        edit: impl FnOnce(&Path, &mut Value),
+    ) -> Run {
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let id = format!("nvshim-hook-{}-{n}", std::process::id());
         let bundle = self.dir.path().join(&id);
