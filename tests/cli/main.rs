@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cdi_graphics;
 mod cdi_schema;
 mod configure;
 mod core_deps;
