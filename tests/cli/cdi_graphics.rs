@@ -57,7 +57,7 @@ fn each_gpu_device_carries_its_own_drm_nodes_and_by_path_links() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|d| d["name"] == index.to_string())
+                .find(|d| d["name"].as_str().and_then(|n| n.parse().ok()) == Some(index))
                 .unwrap();
             let edits = &device["containerEdits"];
             let (card, render) = nvshim_testkit::drm_nodes(index);

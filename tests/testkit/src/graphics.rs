@@ -166,17 +166,13 @@ pub(crate) fn build_sysfs(dir: &Path, spec: &NodeSpec) -> Result<(), TestkitErro
 /// The driver root's graphics files, besides the platform libraries' stubs (linked with the
 /// driver's, before `ldconfig` runs).
 pub(crate) fn build_driver(root: &Path, version: &str) -> Result<(), TestkitError> {
-    let icd = format!(
-        "{{\n    \"file_format_version\" : \"1.0.1\",\n    \"ICD\": {{\n        \
-         \"library_path\": \"libGLX_nvidia.so.0\",\n        \"api_version\" : \"1.3.277\"\n    }}\n}}\n"
-    );
+    let icd = "{\n    \"file_format_version\" : \"1.0.1\",\n    \"ICD\": {\n        \
+         \"library_path\": \"libGLX_nvidia.so.0\",\n        \"api_version\" : \"1.3.277\"\n    }\n}\n";
     files::write(&root.join(VULKAN_ICD), icd, 0o644)?;
-    let layers = format!(
-        "{{\n    \"file_format_version\" : \"1.0.0\",\n    \"layer\": {{\n        \
+    let layers = "{\n    \"file_format_version\" : \"1.0.0\",\n    \"layer\": {\n        \
          \"name\": \"VK_LAYER_NV_optimus\",\n        \"type\": \"INSTANCE\",\n        \
          \"library_path\": \"libGLX_nvidia.so.0\",\n        \"api_version\" : \"1.3.277\",\n        \
-         \"implementation_version\" : \"1\"\n    }}\n}}\n"
-    );
+         \"implementation_version\" : \"1\"\n    }\n}\n";
     files::write(&root.join(VULKAN_LAYERS), layers, 0o644)?;
     files::write(
         &root.join(EGL_VENDOR),
