@@ -122,26 +122,31 @@ fn take_runc_mountpoints(s: &Sentinel, before: &Snapshot, spec: &Value) -> Vec<S
         .collect();
     let snapshot = s.snapshot();
     let new = |path: &Path| !before.entries().contains_key(path);
+    let is = |path: &Path, kind: &str| {
+        snapshot
+            .entries()
+            .get(path)
+            .is_some_and(|what| what.starts_with(kind))
+    };
     let mut taken = Vec::new();
     for rel in destinations {
         let path = s.dir.join(&rel);
-        let runcs = new(&path)
-            && snapshot
-                .entries()
-                .get(&path)
-                .is_some_and(|what| what.starts_with("file \"\" "));
-        if !runcs {
-            continue;
+        if new(&path) && is(&path, "file \"\" ") {
+            fs::remove_file(&path).unwrap();
+            taken.push(rel.display().to_string());
         }
-        fs::remove_file(&path).unwrap();
-        let mut dir = path.parent();
-        while let Some(d) = dir.filter(|d| *d != s.dir.as_path() && new(d)) {
-            if fs::remove_dir(d).is_err() {
-                break;
+        // The directories runc made on the way, with or without the file at the end
+        // (only mount destinations' parents: none of our writes has such a parent).
+        // Deepest first, so a directory is empty once its runc-made children are gone.
+        for d in path
+            .ancestors()
+            .skip(1)
+            .take_while(|d| *d != s.dir.as_path())
+        {
+            if new(d) && is(d, "dir ") && fs::remove_dir(d).is_ok() {
+                taken.push(format!("{}/", d.strip_prefix(&s.dir).unwrap().display()));
             }
-            dir = d.parent();
         }
-        taken.push(rel.display().to_string());
     }
     taken
 }
