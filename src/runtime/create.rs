@@ -160,3 +160,44 @@ pub fn dev_links_hook(
 fn hook_binary() -> PathBuf {
     crate::roots::beside_self(HOOK_BINARY)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn links_under_dev_go_to_one_hook_and_the_rest_stay() {
+        let link = |path: &str, target: &str| SymlinkEdit {
+            path: path.into(),
+            target: target.into(),
+        };
+        let mut links = vec![
+            link(
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                "libcuda.so.550.54.15",
+            ),
+            link("/dev/dri/by-path/pci-0000:07:00.0-card", "../card1"),
+            link("/device/x", "y"),
+        ];
+        let binary = Path::new("/usr/bin/nvidia-container-runtime-hook");
+        let hook = dev_links_hook(binary, &mut links).unwrap().unwrap();
+        assert_eq!(
+            links
+                .iter()
+                .map(|l| l.path.to_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/device/x"]
+        );
+        assert_eq!(hook.path, binary.display().to_string());
+        let args = hook.args;
+        assert_eq!(args[1], LINK_DRIVER);
+        assert!(
+            args.iter()
+                .any(|a| a == "../card1::/dev/dri/by-path/pci-0000:07:00.0-card"),
+            "{args:?}"
+        );
+        assert!(dev_links_hook(binary, &mut links).unwrap().is_none());
+    }
+}
