@@ -73,7 +73,7 @@ fn cells(line: &str) -> Vec<String> {
 
 /// The first cells of every row of the tables on `page` whose header's first cell is
 /// `header`, with the line number of each row.
-fn table_first_cells(text: &str, header: &str) -> Vec<(usize, String)> {
+pub(crate) fn table_first_cells(text: &str, header: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut in_table = false;
     let mut wanted = false;
@@ -98,7 +98,7 @@ fn table_first_cells(text: &str, header: &str) -> Vec<(usize, String)> {
 }
 
 /// The backticked spans of `cell`.
-fn code_spans(cell: &str) -> Vec<&str> {
+pub(crate) fn code_spans(cell: &str) -> Vec<&str> {
     cell.split('`').skip(1).step_by(2).collect()
 }
 

@@ -15,6 +15,7 @@ mod cdi_schema;
 mod configure;
 mod core_deps;
 mod ctk_system;
+mod docs_env;
 mod docs_flags;
 mod doctor;
 mod info_list;

@@ -301,14 +301,15 @@ fn cuda_compat_libraries_go_first_only_when_newer_and_not_opted_out() {
         .sim
         .lib_dir()
         .join(format!("libcuda.so.{}", e.node.sim.library_version()));
-    let place = |version: &str| {
+    let place_from = |version: &str, source: &Path| {
         for entry in fs::read_dir(&compat).unwrap() {
             fs::remove_file(entry.unwrap().path()).unwrap();
         }
         let name = format!("libcuda.so.{version}");
-        fs::copy(&stub, compat.join(&name)).unwrap();
+        fs::copy(source, compat.join(&name)).unwrap();
         std::os::unix::fs::symlink(&name, compat.join("libcuda.so.1")).unwrap();
     };
+    let place = |version: &str| place_from(version, &stub);
     // What `ldconfig -p` in the container lists for libcuda.so.1, in the cache's order.
     let libcuda = |run: &Run| -> Vec<String> {
         run.printed()
@@ -349,14 +350,62 @@ fn cuda_compat_libraries_go_first_only_when_newer_and_not_opted_out() {
 
     place("999.1.1");
     let config = e.dir.path().join("config.toml");
-    let mut text = fs::read_to_string(&config).unwrap();
-    text.push_str("\n[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"disabled\"\n");
-    fs::write(&config, text).unwrap();
+    let original = fs::read_to_string(&config).unwrap();
+    let opted_out = "\n[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"disabled\"\n";
+    fs::write(&config, format!("{original}{opted_out}")).unwrap();
     let run = e.run_script(&["NVIDIA_VISIBLE_DEVICES=0"], &script);
     ok(&run);
     assert_eq!(libcuda(&run).len(), 1, "opted out: {}", run.stdout());
     assert_ne!(libcuda(&run)[0], COMPAT);
     assert_eq!(run.printed().section(3).trim(), libcuda(&run)[0], "dlopen");
+
+    // With NVIDIA's `.note.cuda.fwd_compatibility`, the note's driver branches decide,
+    // not the file name: 999 is newer than 550 either way.
+    fs::write(&config, &original).unwrap();
+    for (branches, used) in [("550", true), ("535,545", false)] {
+        place_from("999.1.1", &noted_libcuda(scratch.path(), branches));
+        let run = e.run_script(&["NVIDIA_VISIBLE_DEVICES=0"], &script);
+        ok(&run);
+        let found = libcuda(&run);
+        assert_eq!(
+            found[0] == COMPAT,
+            used,
+            "note Driver [{branches}]: {}",
+            run.stdout()
+        );
+        assert_eq!(
+            run.printed().section(3).trim(),
+            found[0],
+            "dlopen, note Driver [{branches}]"
+        );
+    }
+}
+
+/// A compat `libcuda.so.1` carrying NVIDIA's `.note.cuda.fwd_compatibility` ELF note (owner
+/// `NVIDIA Corporation`, a JSON descriptor) that lists the driver branches `branches`.
+fn noted_libcuda(dir: &Path, branches: &str) -> PathBuf {
+    let src = dir.join(format!("noted-{branches}.s"));
+    let lib = dir.join(format!("noted-{branches}.so"));
+    let desc = format!(r#"{{"Format":1,"CUDA Version":"13.0","Driver":[{branches}],"Device":[]}}"#)
+        .replace('"', "\\\"");
+    let asm = format!(
+        ".section .note.cuda.fwd_compatibility,\"a\",@note\n.balign 4\n.long 19\n.long 2f-1f\n\
+         .long 1\n.asciz \"NVIDIA Corporation\"\n.balign 4\n1: .ascii \"{desc}\"\n2: .balign 4\n\
+         .text\n.globl cuInit\ncuInit: ret\n.section .note.GNU-stack,\"\",@progbits\n"
+    );
+    fs::write(&src, asm).unwrap();
+    let out = Command::new("gcc")
+        .args(["-shared", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .expect("gcc (needed to build the noted compat libcuda)");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lib
 }
 
 /// Builds `dlprobe` with the host's gcc: it prints the path of the `libcuda.so.1` that
