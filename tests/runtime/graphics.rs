@@ -132,6 +132,13 @@ fn graphics_and_display_give_one_gpus_drm_nodes_and_the_graphics_stack() {
             (format!("/dev/dri/{render}"), 226, minor(&render)),
         ]
     );
+    let modeset = spec["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["path"] == "/dev/nvidia-modeset")
+        .count();
+    assert_eq!(modeset, 1, "graphics and display both name it; added once");
     let rules = spec["linux"]["resources"]["devices"].as_array().unwrap();
     for (_, major, minor) in &nodes {
         assert!(
