@@ -84,6 +84,7 @@ pub fn symlinks(resources: &HostResources) -> Vec<SymlinkEdit> {
         .files
         .iter()
         .flat_map(|f| &f.links)
+        .chain(&resources.links)
         .filter(|l| !files.contains(l.path.as_os_str()) && seen.insert(l.path.as_os_str()))
         .cloned()
         .collect();
@@ -150,6 +151,7 @@ mod tests {
                 },
             ],
             missing: vec![],
+            links: vec![],
         }
     }
 

@@ -147,6 +147,8 @@ pub fn run(roots: &Roots, args: &ListArgs, out: &mut dyn Write) -> Result<(), Co
         },
     )?;
     let mig = mig_access(roots, &request.devices, access, &selection)?;
+    let mut resources = resources;
+    libnvidia_container_scope(&mut resources, &inventory.driver.version);
     write(&what, &channels, args, &resources, out)?;
     write_mig_access(&mig, &resources, out)?;
     Ok(())
@@ -225,6 +227,26 @@ fn imex_channels(values: &[String]) -> Result<Vec<u32>, ContainerCliError> {
                 .map_err(|_| ContainerCliError::ImexChannel(id.to_owned()))
         })
         .collect()
+}
+
+/// What libnvidia-container itself lists: the files of its capability tables only, not
+/// what NVIDIA's runtime adds for graphics on top (DRM nodes, EGL platform libraries,
+/// Xorg modules, Vulkan's producer, `nvidia-xconfig`).
+fn libnvidia_container_scope(resources: &mut HostResources, version: &str) {
+    let tables = || discover::table::TABLE.iter();
+    resources
+        .device_nodes
+        .retain(|n| !n.path.starts_with(discover::table::DRI_DIR));
+    resources.files.retain(|f| {
+        let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match f.kind {
+            FileKind::Library => tables()
+                .flat_map(|t| t.libraries)
+                .any(|stem| name.strip_prefix(stem) == Some(&format!(".so.{version}"))),
+            FileKind::Binary => tables().flat_map(|t| t.binaries).any(|b| *b == name),
+            _ => true,
+        }
+    });
 }
 
 pub(super) fn write(

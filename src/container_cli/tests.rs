@@ -221,6 +221,7 @@ fn list_prints_nvidias_sections_in_nvidias_order() {
             file(FileKind::Firmware, "/lib/firmware/nvidia/1.2/gsp.bin"),
         ],
         missing: Vec::new(),
+        links: Vec::new(),
     };
     let args = ListArgs {
         no_persistenced: true,

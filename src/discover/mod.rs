@@ -10,6 +10,8 @@
 
 pub mod classes;
 pub mod csv;
+mod drm;
+mod graphics;
 pub mod mig_access;
 mod nodes;
 pub mod params;
@@ -112,6 +114,9 @@ pub struct HostResources {
     /// Libraries, binaries, configs, firmware, IPC: in discovery order, no duplicates.
     pub files: Vec<HostFile>,
     pub missing: Vec<Missing>,
+    /// Symlinks that belong to no mounted file: the DRM `by-path` links of the selected
+    /// GPUs (under `/dev`, so made once the container's `/dev` exists).
+    pub links: Vec<SymlinkEdit>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,11 +151,14 @@ pub struct Want<'a> {
 pub fn discover(roots: &Roots, want: Want<'_>) -> Result<HostResources, DiscoverError> {
     let mut out = HostResources::default();
     nodes::device_nodes(roots, want, &mut out)?;
+    if graphics::wanted(want.capabilities) {
+        drm::device_nodes(roots, want.selection, &mut out)?;
+    }
     let mut resolver = Resolver::new(&roots.driver);
     if !want.classes.is_empty() {
         classes::discover(roots, want.classes, &mut resolver, &mut out)?;
     }
-    libraries(roots, want, &mut resolver, &mut out)?;
+    let cache = libraries(roots, want, &mut resolver, &mut out)?;
     for entry in active(want.capabilities) {
         for name in entry.binaries {
             binary(name, entry.capability, &mut resolver, &mut out)?;
@@ -165,6 +173,9 @@ pub fn discover(roots: &Roots, want: Want<'_>) -> Result<HostResources, Discover
                 &mut out,
             )?;
         }
+    }
+    if graphics::wanted(want.capabilities) {
+        graphics::files(want, cache.as_ref(), &mut resolver, &mut out)?;
     }
     for entry in active(want.capabilities) {
         ipc(entry.ipc, entry.capability, &mut resolver, &mut out)?;
@@ -191,7 +202,7 @@ fn libraries(
     want: Want<'_>,
     resolver: &mut Resolver<'_>,
     out: &mut HostResources,
-) -> Result<(), DiscoverError> {
+) -> Result<Option<LdCache>, DiscoverError> {
     let cache_path = roots.driver.join("etc/ld.so.cache");
     let cache = match crate::files::read(&cache_path) {
         Ok(bytes) => {
@@ -233,7 +244,7 @@ fn libraries(
             }
         }
     }
-    Ok(())
+    Ok(cache)
 }
 
 fn library(

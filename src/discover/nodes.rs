@@ -54,6 +54,10 @@ pub(super) fn node(
     required: bool,
     out: &mut HostResources,
 ) -> Result<(), DiscoverError> {
+    // Two capabilities may name one node (`/dev/nvidia-modeset`: graphics and display).
+    if out.device_nodes.iter().any(|n| n.path.as_os_str() == path) {
+        return Ok(());
+    }
     let host = roots.dev.join(path.trim_start_matches('/'));
     let metadata = match fs::symlink_metadata(&host) {
         Ok(m) => m,

@@ -106,8 +106,12 @@ pub fn apply(
             ),
             None => Vec::new(),
         };
-        let (links, ldcache) = linker::install(&rootfs, files.symlinks, files.ldcache, &prefer)?;
+        let (dev, rest) = super::stages::symlinks::split_dev(files.symlinks);
+        let (links, ldcache) = linker::install(&rootfs, &rest, files.ldcache, &prefer)?;
         applied.symlinks += links;
+        if !dev.is_empty() {
+            applied.symlinks += super::stages::symlinks::run(&rootfs, &dev)?;
+        }
         applied.ldcache = ldcache;
         Ok(applied)
     });

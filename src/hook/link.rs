@@ -35,6 +35,8 @@ pub enum LinkError {
     HostRoot(std::path::PathBuf),
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
+    #[error(transparent)]
+    Stage(#[from] super::stages::StageError),
 }
 
 /// Runs the hook: `state` is the OCI state JSON from stdin. Returns how many links
@@ -53,7 +55,12 @@ pub fn run(
         return Err(LinkError::HostRoot(path));
     }
     // CDI specs carry their own `enable-cuda-compat` hook.
-    Ok(linker::install(&rootfs, links, entries, &[])?)
+    let (dev, rest) = super::stages::symlinks::split_dev(links);
+    let (mut changed, refresh) = linker::install(&rootfs, &rest, entries, &[])?;
+    if !dev.is_empty() {
+        changed += super::stages::symlinks::run(&rootfs, &dev)?;
+    }
+    Ok((changed, refresh))
 }
 
 #[cfg(test)]

@@ -166,6 +166,8 @@ pub enum HookError {
     Params(#[from] params::ParamsError),
     #[error("device cgroup: {0}")]
     Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Stage(#[from] stages::StageError),
 }
 
 /// The prestart stage: `state` is the OCI state JSON the runtime writes to the hook's

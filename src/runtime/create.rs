@@ -11,7 +11,8 @@ use crate::bundle::{Bundle, BundleError};
 use crate::cdi::Hook;
 use crate::config::Config;
 use crate::container::{self, ContainerError, Front, Preparation, Prepared};
-use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
+use crate::discover::SymlinkEdit;
+use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER};
 use crate::inject::{self, Applied, InjectError};
 use crate::pipeline::NvmlAccess;
 use crate::rootfs::{Rootfs, RootfsError, compat, linker};
@@ -46,6 +47,8 @@ pub enum CreateError {
     Cwd(#[source] std::io::Error),
     #[error("cannot write the driver's symlinks and linker cache into the container's rootfs: {0}")]
     Rootfs(#[from] RootfsError),
+    #[error("cannot pass the /dev links to the hook: {0}")]
+    HookArgs(#[from] hook_contract::ArgError),
 }
 
 /// Edits the bundle at `dir` for `config`. With [`NvmlAccess::Elsewhere`] a request
@@ -86,6 +89,9 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
         let rootfs = rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?;
         let rootfs = std::path::absolute(rootfs).map_err(CreateError::Cwd)?;
         plan.edits.hooks.push(params_hook(&hook_binary(), &rootfs));
+    }
+    if let Some(hook) = dev_links_hook(&hook_binary(), &mut plan.symlinks)? {
+        plan.edits.hooks.push(hook);
     }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
@@ -130,8 +136,68 @@ pub fn params_hook(binary: &Path, rootfs: &Path) -> Hook {
     )
 }
 
+/// Takes the links under `/dev` (the DRM `by-path` links) out of `links`: written into
+/// the rootfs now they would end up under the `/dev` tmpfs runc mounts, so a
+/// `createContainer` hook (`link-driver`, run once that tmpfs is there) makes them, as
+/// NVIDIA's `create-symlinks` hook does.
+pub fn dev_links_hook(
+    binary: &Path,
+    links: &mut Vec<SymlinkEdit>,
+) -> Result<Option<Hook>, hook_contract::ArgError> {
+    let (dev, rest): (Vec<SymlinkEdit>, Vec<SymlinkEdit>) = std::mem::take(links)
+        .into_iter()
+        .partition(|l| l.path.starts_with("/dev"));
+    *links = rest;
+    if dev.is_empty() {
+        return Ok(None);
+    }
+    let args = hook_contract::encode_link_driver(&dev, &[])?;
+    Ok(Some(hook_contract::stage_hook(binary, LINK_DRIVER, args)))
+}
+
 /// `nvidia-container-runtime-hook` beside the running binary (the runtime, or the
 /// `nvshim` it hands NVML requests to: packages install all three in one directory).
 fn hook_binary() -> PathBuf {
     crate::roots::beside_self(HOOK_BINARY)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn links_under_dev_go_to_one_hook_and_the_rest_stay() {
+        let link = |path: &str, target: &str| SymlinkEdit {
+            path: path.into(),
+            target: target.into(),
+        };
+        let mut links = vec![
+            link(
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                "libcuda.so.550.54.15",
+            ),
+            link("/dev/dri/by-path/pci-0000:07:00.0-card", "../card1"),
+            link("/device/x", "y"),
+        ];
+        let binary = Path::new("/usr/bin/nvidia-container-runtime-hook");
+        let hook = dev_links_hook(binary, &mut links).unwrap().unwrap();
+        assert_eq!(
+            links
+                .iter()
+                .map(|l| l.path.to_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/device/x"]
+        );
+        assert_eq!(hook.path, binary.display().to_string());
+        let args = hook.args;
+        assert_eq!(args[1], LINK_DRIVER);
+        assert!(
+            args.iter()
+                .any(|a| a == "../card1::/dev/dri/by-path/pci-0000:07:00.0-card"),
+            "{args:?}"
+        );
+        assert!(dev_links_hook(binary, &mut links).unwrap().is_none());
+    }
 }

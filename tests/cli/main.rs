@@ -11,6 +11,7 @@
 mod common;
 
 mod cdi_csv;
+mod cdi_graphics;
 mod cdi_schema;
 mod classes;
 mod configure;

@@ -13,6 +13,7 @@ mod cgroup2;
 mod classes;
 mod dev_char;
 mod engines;
+mod graphics;
 mod prestart;
 mod privileges;
 mod security;

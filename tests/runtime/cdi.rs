@@ -281,16 +281,27 @@ fn spec_file_jit_and_direct_requests_give_identical_edits() {
     };
     for run in [&file, &annotated] {
         let spec = run.spec();
+        // The spec's own hooks, then GPU 1's: the link-driver that makes its DRM
+        // `by-path` links (the spec carries every capability, graphics included).
         assert_eq!(
             stages(&spec),
-            ["link-driver", "disable-device-node-modification"]
+            [
+                "link-driver",
+                "disable-device-node-modification",
+                "link-driver"
+            ]
         );
         assert_eq!(spec["hooks"]["createContainer"][0]["path"], NVSHIM);
         assert_eq!(env_value(&spec, "NVIDIA_VISIBLE_DEVICES"), ["void"]);
     }
+    // With `all`, GPU 1's DRM `by-path` links too: made by a link-driver hook once
+    // runc has mounted the container's `/dev`.
     for run in [&direct, &jit, &plugin] {
         let spec = run.spec();
-        assert_eq!(stages(&spec), ["disable-device-node-modification"]);
+        assert_eq!(
+            stages(&spec),
+            ["disable-device-node-modification", "link-driver"]
+        );
         assert_eq!(spec["hooks"]["createContainer"][0]["path"], HOOK);
     }
 }

@@ -17,6 +17,7 @@ mod containerd;
 mod corpus;
 mod docker;
 mod driver_params;
+mod graphics;
 mod mig_access;
 mod runc;
 mod shim;

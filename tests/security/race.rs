@@ -13,7 +13,6 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,31 +103,49 @@ fn runc_with_mkdirall_race() -> Option<String> {
 
 /// Removes what runc's mountpoint race left in the sentinel (see
 /// [`runc_with_mkdirall_race`]) and returns it; anything else stays for the caller's
-/// check to fail on.
+/// check to fail on. Through a swapped directory (`/etc` or the library directory) a
+/// mount destination below it lands at the same place below the sentinel: an empty
+/// file, and for a nested destination (`/etc/vulkan/icd.d/nvidia_icd.json`, with
+/// `graphics`) the directories runc made on the way to it.
 fn take_runc_mountpoints(s: &Sentinel, before: &Snapshot, spec: &Value) -> Vec<String> {
-    let names: BTreeSet<String> = spec["mounts"]
+    let destinations: Vec<PathBuf> = spec["mounts"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|m| {
-            Some(
-                Path::new(m["destination"].as_str()?)
-                    .file_name()?
-                    .to_string_lossy()
-                    .into_owned(),
-            )
+            let dest = Path::new(m["destination"].as_str()?);
+            ["/etc", &format!("/{LIB}")]
+                .iter()
+                .find_map(|dir| dest.strip_prefix(dir).ok())
+                .map(Path::to_path_buf)
         })
         .collect();
+    let snapshot = s.snapshot();
+    let new = |path: &Path| !before.entries().contains_key(path);
+    let is = |path: &Path, kind: &str| {
+        snapshot
+            .entries()
+            .get(path)
+            .is_some_and(|what| what.starts_with(kind))
+    };
     let mut taken = Vec::new();
-    for (path, what) in s.snapshot().entries() {
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let runcs = !before.entries().contains_key(path)
-            && path.parent() == Some(s.dir.as_path())
-            && what.starts_with("file \"\" ")
-            && names.contains(&name);
-        if runcs {
-            fs::remove_file(path).unwrap();
-            taken.push(name);
+    for rel in destinations {
+        let path = s.dir.join(&rel);
+        if new(&path) && is(&path, "file \"\" ") {
+            fs::remove_file(&path).unwrap();
+            taken.push(rel.display().to_string());
+        }
+        // The directories runc made on the way, with or without the file at the end
+        // (only mount destinations' parents: none of our writes has such a parent).
+        // Deepest first, so a directory is empty once its runc-made children are gone.
+        for d in path
+            .ancestors()
+            .skip(1)
+            .take_while(|d| *d != s.dir.as_path())
+        {
+            if new(d) && is(d, "dir ") && fs::remove_dir(d).is_ok() {
+                taken.push(format!("{}/", d.strip_prefix(&s.dir).unwrap().display()));
+            }
         }
     }
     taken

@@ -31,6 +31,13 @@ pub fn parse_links(values: &[String]) -> Result<Vec<SymlinkEdit>, hook_contract:
         .collect()
 }
 
+/// `links` split into those under `/dev` (the DRM `by-path` links: [`run`] puts them in
+/// the container's `/dev` tmpfs, which the rootfs's own link making refuses as another
+/// filesystem) and the rest.
+pub fn split_dev(links: &[SymlinkEdit]) -> (Vec<SymlinkEdit>, Vec<SymlinkEdit>) {
+    links.iter().cloned().partition(|l| l.path.starts_with(DEV))
+}
+
 /// Creates `links` in `rootfs`; returns how many changed.
 pub fn run(rootfs: &Rootfs, links: &[SymlinkEdit]) -> Result<usize, StageError> {
     let dev_root = if links.iter().any(|l| l.path.starts_with(DEV)) {

@@ -102,5 +102,5 @@ pub(crate) fn build(root: &Path, spec: &NodeSpec) -> Result<(), TestkitError> {
         // mknod's mode is filtered by the umask; set the real one afterwards.
         files::chmod(&path, node.mode)?;
     }
-    Ok(())
+    crate::graphics::build_dev(root, spec)
 }

@@ -137,6 +137,7 @@ pub(crate) fn build(
     let lib_dir = root.join(LIB_DIR);
     files::mkdir_all(&lib_dir.join("vdpau"))?;
     build_libraries(&lib_dir, version, artifacts, scratch)?;
+    crate::graphics::build_driver(root, version)?;
     files::write(&root.join("etc/ld.so.conf"), LD_SO_CONF, 0o644)?;
     files::mkdir_all(&root.join("etc/ld.so.conf.d"))?;
     run_ldconfig(root)?;
@@ -170,6 +171,7 @@ fn build_libraries(
     }
     stubs.push((lib_dir.join(STALE_LIBRARY), STALE_LIBRARY.to_owned()));
     stubs.push((lib_dir.join(FOREIGN_LIBRARY), "libfoo.so.1".to_owned()));
+    stubs.extend(crate::graphics::stubs(lib_dir));
     link_stubs(&object, &stubs)?;
 
     files::copy(

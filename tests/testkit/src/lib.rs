@@ -30,6 +30,7 @@ mod driver;
 mod engines;
 mod error;
 mod files;
+mod graphics;
 pub mod harness;
 pub mod layering;
 mod mock_config;
@@ -56,6 +57,10 @@ pub use driver::{
 };
 pub use engines::{Containerd, Dockerd, path_with_prefix};
 pub use error::TestkitError;
+pub use graphics::{
+    DRM_MAJOR, EGL_PLATFORM_DIR, EGL_PLATFORMS, EGL_VENDOR, EglPlatform, VGA_BUS_ID, VULKAN_ICD,
+    VULKAN_LAYERS, XORG_DRIVER, XORG_EXTENSIONS, application_profiles, drm_nodes,
+};
 pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockNvLink, MockXidEvent};
 pub use mps::{FAKE_MPS_CONTROL, MPS_PID_FILE, MPS_RECORD_FILE, mps_record};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};

@@ -64,6 +64,7 @@ impl SimNode {
         driver::build(&node.driver_root, &spec.driver_version, artifacts, &scratch)?;
         fs::remove_dir_all(&scratch).map_err(io_err("removing", &scratch))?;
         procfs::build(&node.proc_root, spec)?;
+        crate::graphics::build_sysfs(&node.dir, spec)?;
 
         let event_file = node.dir.join("xid-events");
         files::write(&event_file, "", 0o644)?;

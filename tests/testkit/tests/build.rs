@@ -216,12 +216,35 @@ fn dev_nodes_are_char_devices_with_their_numbers() {
                 gpu.minor
             );
         }
+        // Less the two directories, `nvidia-caps` and `dri` (checked below).
         let count = fs::read_dir(&f.node.dev_root).unwrap().count()
             + fs::read_dir(f.node.dev_root.join("nvidia-caps"))
                 .unwrap()
                 .count()
-            - 1;
+            - 2;
         assert_eq!(count, want.len(), "{case}: no extra nodes");
+        // DRM: card0 (the onboard VGA) and each GPU's card and render node, with udev's links.
+        let dri = f.node.dev_root.join("dri");
+        for (index, gpu) in spec.gpus.iter().enumerate() {
+            let (card, render) = nvshim_testkit::drm_nodes(index);
+            for (kind, name) in [("card", &card), ("render", &render)] {
+                let meta = fs::symlink_metadata(dri.join(name)).unwrap();
+                assert!(meta.file_type().is_char_device(), "{case} {name}");
+                assert_eq!(nix::sys::stat::major(meta.rdev()), 226, "{case} {name}");
+                let link = dri.join(format!("by-path/pci-{}-{kind}", gpu.bus_id));
+                assert_eq!(
+                    fs::read_link(&link).unwrap(),
+                    Path::new("..").join(name),
+                    "{case} {}",
+                    link.display()
+                );
+            }
+        }
+        assert_eq!(
+            fs::read_dir(&dri).unwrap().count(),
+            2 * spec.gpus.len() + 2,
+            "{case}: card0, two nodes per GPU, by-path"
+        );
     }
 }
 

@@ -152,9 +152,15 @@ fn the_spec_is_the_generators_for_the_advertised_names() {
             .unwrap()
             .iter()
             .map(|d| {
-                d["containerEdits"]["deviceNodes"][0]["path"]
-                    .as_str()
-                    .unwrap()
+                // Its `/dev/nvidia<minor>`; the rest are its DRM nodes (`/dev/dri/…`).
+                let nodes = d["containerEdits"]["deviceNodes"].as_array().unwrap();
+                let nvidia: Vec<&str> = nodes
+                    .iter()
+                    .filter_map(|n| n["path"].as_str())
+                    .filter(|p| !p.starts_with("/dev/dri/"))
+                    .collect();
+                assert_eq!(nvidia.len(), 1, "{case}: {nodes:?}");
+                nvidia[0]
             })
             .collect();
         let minors: Vec<String> = node
