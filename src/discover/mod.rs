@@ -8,6 +8,7 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
+mod arch;
 mod nodes;
 pub mod params;
 pub mod resolve;
@@ -27,7 +28,7 @@ use crate::request::{Capability, DriverCapabilities};
 use crate::roots::Roots;
 use crate::select::Selection;
 use resolve::{Link, Resolver};
-use table::{BINARY_DIRS, FIRMWARE_DIR, LIBRARY_DIRS_32, LIBRARY_DIRS_64, TABLE};
+use table::{BINARY_DIRS, FIRMWARE_DIR, TABLE};
 
 /// A character device node found under the dev root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -202,7 +203,10 @@ fn libraries(
     };
     let mut classes = vec![Class::Lib64];
     if want.capabilities.contains(Capability::Compat32) {
-        classes.push(Class::Lib32);
+        match arch::compat32_unavailable(ldcache::Arch::NATIVE) {
+            Some(missing) => out.missing.push(missing),
+            None => classes.push(Class::Lib32),
+        }
     }
     for class in classes {
         for entry in active(want.capabilities) {
@@ -242,11 +246,7 @@ fn library(
             .map(|e| (PathBuf::from(&e.value), Some(e)))
             .collect(),
         None => {
-            let dirs = if class == Class::Lib32 {
-                LIBRARY_DIRS_32
-            } else {
-                LIBRARY_DIRS_64
-            };
+            let dirs = arch::library_dirs(ldcache::Arch::NATIVE, class);
             dirs.iter()
                 .map(|d| (Path::new(d).join(&wanted), None))
                 .collect()
