@@ -1,7 +1,7 @@
 # nvshim: the two commands are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all build release static-runtime package demo test lint bench clean
+.PHONY: all build release static-runtime package demo test test-arm64 lint bench clean
 
 all: build
 
@@ -68,6 +68,11 @@ lint:
 # release), every test, the engine tests again against the static binaries, a fuzz smoke run.
 test:
 	TEST_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) CARGO=$(CARGO) bash scripts/test.sh
+
+# The four binaries for aarch64 (Debian's rustc-web and cross toolchain, `.ci/run` installs
+# them) and the unit tests under qemu-user: scripts/arm64.sh.
+test-arm64:
+	CARGO=$(CARGO) bash scripts/arm64.sh
 
 # Seconds per fuzz target in `make test`.
 TEST_FUZZ_SECONDS ?= 3
