@@ -27,7 +27,11 @@
 # Environment:
 #   NVSHIM_ARM64_RUSTC       the rustc with an aarch64 std (default /usr/bin/rustc)
 #   NVSHIM_ARM64_TARGET_DIR  cargo's target dir (default target/aarch64)
-#   NVSHIM_ARM64_STEPS       any of "bins tests plugin-tests" (default: all three)
+#   NVSHIM_ARM64_STEPS       any of "bins tests plugin-tests" (default: all three), or
+#                            "release": the four binaries as packages ship them, the
+#                            runtime and the hook with the release profile (fat LTO, static
+#                            glibc), nvshim and the plugin with release-dynamic, all in
+#                            $NVSHIM_ARM64_TARGET_DIR/static/release/ (`make package-arm64`)
 #   NVSHIM_ARM64_NICE        niceness of the builds and tests (default 0)
 # The binaries end up in $NVSHIM_ARM64_TARGET_DIR/aarch64-unknown-linux-gnu/debug/.
 set -uo pipefail
@@ -97,6 +101,21 @@ if [[ $steps == *" tests "* ]]; then
 fi
 if [[ $steps == *" plugin-tests "* ]]; then
   cargo_arm64 test -p nvshim-device-plugin --lib || failed+=(plugin-tests)
+fi
+if [[ $steps == *" release "* ]]; then
+  for b in nvidia-container-runtime nvidia-container-runtime-hook; do
+    cargo_arm64 rustc --release -p nvshim --bin "$b" -- -C target-feature=+crt-static ||
+      die "the aarch64 release build of $b failed"
+  done
+  cargo_arm64 build --profile release-dynamic -p nvshim --bin nvshim \
+    -p nvshim-device-plugin --bin nvidia-device-plugin ||
+    die "the aarch64 release-dynamic build failed"
+  mkdir -p "$target_dir/static/release"
+  install -m 0755 "$target_dir/$TARGET/release/nvidia-container-runtime" \
+    "$target_dir/$TARGET/release/nvidia-container-runtime-hook" \
+    "$target_dir/$TARGET/release-dynamic/nvshim" \
+    "$target_dir/$TARGET/release-dynamic/nvidia-device-plugin" "$target_dir/static/release/" ||
+    die "cannot collect the release binaries"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
   die "aarch64 failed: ${failed[*]}"
