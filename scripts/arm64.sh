@@ -16,13 +16,13 @@
 # /lib and /usr/lib/aarch64-linux-gnu (`-L /usr/aarch64-linux-gnu` makes qemu 7.2 hang in
 # the first test, so it is not used).
 #
-# Tests left out under qemu-user, each for a syscall qemu-user 7.2 does not emulate
+# Tests left out under qemu-user: both need openat2, which qemu-user 7.2 does not emulate
 # (ENOSYS); they run natively in the x86-64 suite:
-#   rootfs::tests::the_walk_agrees_with_openat2                openat2
+#   rootfs::tests::the_walk_agrees_with_openat2     compares our walk with openat2's
 #   hook::params::tests::a_rootfs_without_the_driver_params_is_left_alone
-#                                                              open_tree/fsopen (new mount API)
-# Our own code already falls back when openat2 is missing (old kernels), so the rest of
-# the rootfs tests run that path here.
+#                                                   hook::params opens its target with openat2
+# `rootfs` falls back when openat2 is missing (old kernels), so the rest of its tests run
+# that path here.
 #
 # Environment:
 #   NVSHIM_ARM64_RUSTC       the rustc with an aarch64 std (default /usr/bin/rustc)
