@@ -1,7 +1,7 @@
 # nvshim: the two commands are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all build release static-runtime package demo test lint bench clean
+.PHONY: all build release static-runtime package package-arm64 demo test test-arm64 lint bench clean
 
 all: build
 
@@ -68,6 +68,21 @@ lint:
 # release), every test, the engine tests again against the static binaries, a fuzz smoke run.
 test:
 	TEST_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) CARGO=$(CARGO) bash scripts/test.sh
+
+# The four binaries for aarch64 (Debian's rustc-web and cross toolchain, `.ci/run` installs
+# them) and the unit tests under qemu-user: scripts/arm64.sh.
+test-arm64:
+	CARGO=$(CARGO) bash scripts/arm64.sh
+
+# `make package` for arm64: the release binaries for aarch64 (scripts/arm64.sh), then the
+# arm64 .debs and aarch64 .rpms in target/packages-arm64/, signed with NVSHIM_GPG_HOME's key,
+# else `make package`'s (target/packages.gnupg) when there is one, else a new test key.
+package-arm64:
+	CARGO=$(CARGO) NVSHIM_ARM64_STEPS=release bash scripts/arm64.sh
+	home=$${NVSHIM_GPG_HOME:-$(CURDIR)/target/packages.gnupg}; \
+	  if [ -d "$$home" ]; then export NVSHIM_GPG_HOME=$$home; fi; \
+	  NVSHIM_ARCH=arm64 NVSHIM_BIN_DIR=$(CURDIR)/target/aarch64/static/release \
+	  NVSHIM_SKIP_CARGO=1 bash packaging/build.sh
 
 # Seconds per fuzz target in `make test`.
 TEST_FUZZ_SECONDS ?= 3

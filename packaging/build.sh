@@ -14,6 +14,12 @@
 #
 # Environment:
 #   NVSHIM_VERSION      package version (default: nvshim's version in Cargo.toml)
+#   NVSHIM_ARCH         the Debian architecture of the binaries: amd64 or arm64 (default:
+#                       this machine's, dpkg --print-architecture); rpms get the rpm name
+#                       (x86_64, aarch64). Each binary's ELF machine must match it. For
+#                       another architecture than this machine's, NVSHIM_BIN_DIR is required
+#                       (nothing is built here) and the default output directory is
+#                       target/packages-<arch>
 #   NVSHIM_PACKAGE_DIR  output directory (default: target/packages)
 #   NVSHIM_BIN_DIR      where the binaries are (default: target/static/release)
 #   NVSHIM_SKIP_CARGO=1 never build: fail if a binary is missing (default: missing
@@ -35,10 +41,23 @@ set -euo pipefail
 umask 022
 export LC_ALL=C TZ=UTC
 
+die() {
+  echo "packaging/build.sh: $*" >&2
+  exit 1
+}
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkg=$root/packaging
+command -v dpkg >/dev/null 2>&1 || die "dpkg not found (install the dpkg package)"
+host_arch=$(dpkg --print-architecture)
+arch=${NVSHIM_ARCH:-$host_arch}
 bin_dir=${NVSHIM_BIN_DIR:-$root/target/static/release}
-out=${NVSHIM_PACKAGE_DIR:-$root/target/packages}
+if [ "$arch" = "$host_arch" ]; then
+  out=${NVSHIM_PACKAGE_DIR:-$root/target/packages}
+else
+  [ -n "${NVSHIM_BIN_DIR:-}" ] || die "NVSHIM_ARCH=$arch (not this machine's $host_arch) needs NVSHIM_BIN_DIR"
+  out=${NVSHIM_PACKAGE_DIR:-$root/target/packages-$arch}
+fi
 formats=${NVSHIM_FORMATS:-deb rpm}
 bins=(nvidia-container-runtime nvidia-container-runtime-hook nvidia-device-plugin nvshim)
 packages=(nvidia-container-toolkit-base nvidia-container-toolkit libnvidia-container-tools
@@ -47,11 +66,6 @@ epoch=1
 debs=(${NVSHIM_DEBS:-${packages[*]}})
 udev_rule=deployments/udev/71-nvidia-dev-char.rules
 systemd_unit=deployments/systemd/nvidia-dev-char-symlinks.service
-
-die() {
-  echo "packaging/build.sh: $*" >&2
-  exit 1
-}
 
 need() {
   command -v "$1" >/dev/null 2>&1 || die "$1 not found (install the $2 package)"
@@ -88,13 +102,12 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 fi
 export SOURCE_DATE_EPOCH
 
-need dpkg dpkg
-arch=$(dpkg --print-architecture)
+# rpm's name for the architecture, and the ELF e_machine its binaries have.
 case "$arch" in
-  amd64) rpm_arch=x86_64 ;;
-  arm64) rpm_arch=aarch64 ;;
-  ppc64el) rpm_arch=ppc64le ;;
-  *) rpm_arch=$arch ;;
+  amd64) rpm_arch=x86_64 machine=62 ;;
+  arm64) rpm_arch=aarch64 machine=183 ;;
+  ppc64el) rpm_arch=ppc64le machine=21 ;;
+  *) die "NVSHIM_ARCH=$arch: not amd64, arm64 or ppc64el" ;;
 esac
 
 missing=()
@@ -122,9 +135,23 @@ for f in "$udev_rule" "$systemd_unit"; do
     die "$f is missing (set NVSHIM_ALLOW_MISSING_UNITS=1 to build without it)"
   fi
 done
-need strip binutils
 need readelf binutils
 need gpg gnupg
+# Each binary is of the packages' architecture (e_machine: 2 bytes at offset 18, little-endian).
+for b in "${bins[@]}"; do
+  m=$(od -An -tu2 -j18 -N2 "$bin_dir/$b" | tr -d ' ')
+  [ "$m" = "$machine" ] || die "$bin_dir/$b: ELF machine $m, not $arch's ($machine)"
+done
+# strip for the binaries' architecture: this machine's, or the cross binutils'.
+strip=strip
+case "$arch" in
+  "$host_arch") need strip binutils ;;
+  arm64)
+    strip=aarch64-linux-gnu-strip
+    need "$strip" binutils-aarch64-linux-gnu
+    ;;
+  *) die "no strip for $arch binaries on $host_arch" ;;
+esac
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -156,7 +183,7 @@ install_bin() {
   local dest
   dest=$(stage_dir "$1")/usr/bin/${3:-$2}
   install -m 0755 "$bin_dir/$2" "$dest"
-  strip --strip-unneeded --remove-section=.comment --remove-section=.note "$dest"
+  "$strip" --strip-unneeded --remove-section=.comment --remove-section=.note "$dest"
 }
 
 # link PACKAGE NAME TARGET: /usr/bin/NAME -> TARGET (relative, in /usr/bin).
@@ -226,12 +253,18 @@ build_deb() {
   done
   if [ "${#dynamic[@]}" -gt 0 ]; then
     printf 'Source: nvshim\n\nPackage: %s\nArchitecture: any\n' "$p" >"$work/debian/control"
-    shlibs=$(cd "$work" && dpkg-shlibdeps -O "${dynamic[@]}" | sed -n 's/^shlibs:Depends=//p')
+    # DEB_HOST_ARCH: the libraries are looked up in that architecture's multiarch
+    # directory and packages (libc6:arm64 for arm64 binaries).
+    shlibs=$(cd "$work" && DEB_HOST_ARCH=$arch dpkg-shlibdeps -O "${dynamic[@]}" |
+      sed -n 's/^shlibs:Depends=//p')
     rm -f "$work/debian/control"
     [ -n "$shlibs" ] || die "$p: dpkg-shlibdeps found no dependencies"
   fi
   if grep -q '@SHLIBS@' "$dir/control"; then
     [ -n "$shlibs" ] || die "$p: its control wants @SHLIBS@ but it has no dynamic binary"
+  else
+    # Without @SHLIBS@ the package would not depend on the libraries its binaries need.
+    [ -z "$shlibs" ] || die "$p: ${dynamic[*]} dynamically linked, but its control has no @SHLIBS@ (the runtime and the hook are linked statically)"
   fi
   sed -e "s/@VERSION@/$deb_version/g" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$size/" \
     -e "s/@SHLIBS@/$shlibs/" "$dir/control" >"$s/DEBIAN/control"

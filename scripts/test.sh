@@ -12,6 +12,11 @@
 #  4. the test binaries, then every test (the package tests among them);
 #  5. the runtime's and hook's engine tests again, against the static runtime and hook;
 #  6. every fuzz target for a short smoke run (scripts/fuzz.sh).
+# With NVSHIM_TEST_ARM64=1 (scripts/arm64.sh; off by default: about 500 CPU-seconds from
+# cold, which the 720 s CI limit has no room for, docs/benchmarks.md), also:
+#  3b. the four binaries for aarch64 and the arm64 packages from them (target/packages-arm64,
+#      which the package tests then require);
+#  7.  the unit tests for aarch64 under qemu-user.
 # The test steps all run even when one fails; the exit status is 1 if any did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +38,15 @@ stage "static runtime and hook, then the packages"
 make static-bins || exit 1
 install -m 0755 target/debug/nvshim target/debug/nvidia-device-plugin "$STATIC_DIR/" || exit 1
 NVSHIM_SKIP_CARGO=1 bash packaging/build.sh || exit 1
+
+arm64=${NVSHIM_TEST_ARM64:-0}
+export NVSHIM_TEST_ARM64=$arm64
+if [ "$arm64" = 1 ]; then
+  stage "aarch64 binaries, then the arm64 packages"
+  NVSHIM_ARM64_STEPS=bins bash scripts/arm64.sh || exit 1
+  NVSHIM_ARCH=arm64 NVSHIM_BIN_DIR="$PWD/target/aarch64/aarch64-unknown-linux-gnu/debug" \
+    NVSHIM_GPG_HOME="$PWD/target/packages.gnupg" NVSHIM_SKIP_CARGO=1 bash packaging/build.sh || exit 1
+fi
 
 static_env=(NVSHIM_TEST_RUNTIME="$PWD/$STATIC_DIR/nvidia-container-runtime" NVSHIM_TEST_HOOK="$PWD/$STATIC_DIR/nvidia-container-runtime-hook")
 if $CARGO nextest --version >/dev/null 2>&1; then
@@ -56,6 +70,11 @@ stage "fuzz smoke run"
 # Unoptimized fuzz targets (under half the build time), two at a time. `make fuzz` is the
 # real fuzzing: optimized, longer.
 FUZZ_BUILD=dev bash scripts/fuzz.sh "${TEST_FUZZ_SECONDS:-3}" || failed+=(fuzz)
+
+if [ "$arm64" = 1 ]; then
+  stage "aarch64 unit tests under qemu-user"
+  NVSHIM_ARM64_STEPS="tests plugin-tests" bash scripts/arm64.sh || failed+=(aarch64)
+fi
 
 stage done
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use super::resolve::Resolver;
 use super::table::{
     APPLICATION_PROFILES, CONFIG_DIRS, EGL_PLATFORM_LIBRARIES, GBM_BACKEND, GBM_BACKEND_TARGET,
-    GRAPHICS_BINARIES, GRAPHICS_LIBRARIES, GRAPHICS_SHARE_CONFIGS, LIBRARY_DIRS_64,
-    VULKAN_ARCH_ICD, VULKAN_CONFIGS, XORG_DIRS, XORG_LIB_SUBDIRS, XORG_MODULES,
+    GRAPHICS_BINARIES, GRAPHICS_LIBRARIES, GRAPHICS_SHARE_CONFIGS, VULKAN_ARCH_ICD, VULKAN_CONFIGS,
+    XORG_DIRS, XORG_LIB_SUBDIRS, XORG_MODULES,
 };
 use super::{
     DiscoverError, FileKind, HostFile, HostResources, Missing, SymlinkEdit, Want, binary,
@@ -128,7 +128,7 @@ fn platform_library(
             .filter(|e| e.class() == Class::Lib64 && is_stem_key(&e.key, stem))
             .map(|e| (PathBuf::from(&e.value), Some(e)))
             .collect(),
-        None => LIBRARY_DIRS_64
+        None => super::arch::library_dirs(crate::ldcache::Arch::NATIVE, Class::Lib64)
             .iter()
             .map(|d| (Path::new(d).join(format!("{stem}.so.1")), None))
             .collect(),

@@ -8,6 +8,7 @@
 //! what is absent goes into [`HostResources::missing`], and the pipeline decides
 //! which absences are fatal.
 
+mod arch;
 pub mod classes;
 pub mod csv;
 mod drm;
@@ -33,7 +34,7 @@ use crate::request::{Capability, DeviceClasses, DriverCapabilities};
 use crate::roots::Roots;
 use crate::select::Selection;
 use resolve::{Link, Resolver};
-use table::{BINARY_DIRS, FIRMWARE_DIR, LIBRARY_DIRS_32, LIBRARY_DIRS_64, TABLE};
+use table::{BINARY_DIRS, FIRMWARE_DIR, TABLE};
 
 /// A character device node found under the dev root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -227,7 +228,10 @@ fn libraries(
     };
     let mut classes = vec![Class::Lib64];
     if want.capabilities.contains(Capability::Compat32) {
-        classes.push(Class::Lib32);
+        match arch::compat32_unavailable(ldcache::Arch::NATIVE) {
+            Some(missing) => out.missing.push(missing),
+            None => classes.push(Class::Lib32),
+        }
     }
     for class in classes {
         for entry in active(want.capabilities) {
@@ -267,11 +271,7 @@ fn library(
             .map(|e| (PathBuf::from(&e.value), Some(e)))
             .collect(),
         None => {
-            let dirs = if class == Class::Lib32 {
-                LIBRARY_DIRS_32
-            } else {
-                LIBRARY_DIRS_64
-            };
+            let dirs = arch::library_dirs(ldcache::Arch::NATIVE, class);
             dirs.iter()
                 .map(|d| (Path::new(d).join(&wanted), None))
                 .collect()

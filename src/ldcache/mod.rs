@@ -23,9 +23,12 @@
 //! crafted file cannot make us allocate gigabytes). Only little-endian caches are read and
 //! written.
 
+mod arch;
 mod parse;
 mod write;
 
+#[cfg(test)]
+mod aarch64_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -39,6 +42,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub use arch::Arch;
 pub use parse::parse;
 pub use write::{sort_like_ldconfig, write_compat, write_new, write_old, write_with_generator};
 
@@ -198,24 +202,10 @@ impl fmt::Display for Class {
 }
 
 /// The flags `ldconfig` on this build's architecture gives a glibc library of `class`
-/// (`None` for [`Class::Other`] or an architecture without a 64-bit cache flag).
+/// (`None` for [`Class::Other`], for an architecture without a 64-bit cache flag, and for
+/// `Lib32` where there are no 32-bit libraries to inject: see [`Arch::flags`]).
 pub fn native_flags(class: Class) -> Option<i32> {
-    let lib64 = if cfg!(target_arch = "x86_64") {
-        FLAG_X8664_LIB64
-    } else if cfg!(target_arch = "aarch64") {
-        FLAG_AARCH64_LIB64
-    } else if cfg!(target_arch = "powerpc64") {
-        FLAG_POWERPC_LIB64
-    } else if cfg!(target_arch = "s390x") {
-        FLAG_S390_LIB64
-    } else {
-        return None;
-    };
-    match class {
-        Class::Lib64 => Some(FLAG_ELF_LIBC6 | lib64),
-        Class::Lib32 => Some(FLAG_ELF_LIBC6),
-        Class::Other => None,
-    }
+    Arch::NATIVE?.flags(class)
 }
 
 /// Which layout a cache had.

@@ -25,7 +25,7 @@ fn image(root: &Path, version: &str, note: Option<&[u8]>) {
     let lib = format!("libcuda.so.{version}");
     let bytes = match note {
         Some(desc) => elf::tiny_with_note(NOTE_SECTION, "NVIDIA Corporation", desc),
-        None => elf::tiny_so("libcuda.so.1", 62),
+        None => elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     };
     fs::write(dir.join(&lib), bytes).unwrap();
     symlink(&lib, dir.join("libcuda.so.1")).unwrap();

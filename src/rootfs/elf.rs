@@ -7,11 +7,6 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-/// `e_machine` values the cache flags depend on.
-const EM_386: u16 = 3;
-const EM_X86_64: u16 = 62;
-const EM_AARCH64: u16 = 183;
-
 const ET_DYN: u16 = 3;
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
@@ -38,21 +33,10 @@ pub struct Library {
 
 impl Library {
     /// The flags `ldconfig` on this build's architecture gives the library, `None` for
-    /// one of another architecture (which `ld.so` would not load).
+    /// one of another architecture (which `ld.so` would not load); see
+    /// [`crate::ldcache::Arch::elf_flags`].
     pub fn cache_flags(&self) -> Option<i32> {
-        use crate::ldcache::{Class, native_flags};
-        let (lib64, lib32) = if cfg!(target_arch = "x86_64") {
-            (EM_X86_64, Some(EM_386))
-        } else if cfg!(target_arch = "aarch64") {
-            (EM_AARCH64, None)
-        } else {
-            return None;
-        };
-        match (self.class64, self.machine) {
-            (true, m) if m == lib64 => native_flags(Class::Lib64),
-            (false, m) if Some(m) == lib32 => native_flags(Class::Lib32),
-            _ => None,
-        }
+        crate::ldcache::Arch::NATIVE?.elf_flags(self.class64, self.machine)
     }
 }
 
@@ -351,6 +335,14 @@ impl Endian {
     }
 }
 
+/// For tests: this build's 64-bit `e_machine` (x86-64 62, aarch64 183), for [`tiny_so`].
+#[cfg(test)]
+pub(crate) const NATIVE_MACHINE: u16 = if cfg!(target_arch = "aarch64") {
+    183
+} else {
+    62
+};
+
 /// For tests: a minimal 64-bit little-endian shared object: one PT_LOAD mapping the whole
 /// file at address 0x1000, a PT_DYNAMIC with DT_STRTAB and DT_SONAME.
 #[cfg(test)]
@@ -449,6 +441,10 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    const EM_X86_64: u16 = 62;
+    const EM_AARCH64: u16 = 183;
+    const EM_ARM: u16 = 40;
+
     fn file_with(bytes: &[u8]) -> File {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(bytes).unwrap();
@@ -460,10 +456,22 @@ mod tests {
         let lib = read(&file_with(&tiny_so("libcuda.so.1", EM_X86_64))).unwrap();
         assert_eq!(lib.soname.as_deref(), Some("libcuda.so.1"));
         assert!(lib.class64);
-        if cfg!(target_arch = "x86_64") {
-            assert_eq!(lib.cache_flags(), Some(0x303));
+        assert_eq!(lib.machine, EM_X86_64);
+        let aarch64 = read(&file_with(&tiny_so("libcuda.so.1", EM_AARCH64))).unwrap();
+        assert_eq!(aarch64.machine, EM_AARCH64);
+        // Each build takes its own machine's libraries only, with its own flags.
+        let (native, foreign, flags) = if cfg!(target_arch = "aarch64") {
+            (&aarch64, &lib, 0x0a03)
+        } else {
+            (&lib, &aarch64, 0x0303)
+        };
+        if cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+            assert_eq!(native.cache_flags(), Some(flags));
+            let own = read(&file_with(&tiny_so("libx.so.1", NATIVE_MACHINE))).unwrap();
+            assert_eq!(own.cache_flags(), Some(flags));
         }
-        let arm = read(&file_with(&tiny_so("libx.so.1", 40))).unwrap();
+        assert_eq!(foreign.cache_flags(), None);
+        let arm = read(&file_with(&tiny_so("libx.so.1", EM_ARM))).unwrap();
         assert_eq!(arm.cache_flags(), None);
     }
 

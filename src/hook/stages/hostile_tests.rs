@@ -98,7 +98,6 @@ fn the_no_symlink_walk_refuses_every_link() {
 /// FIFO stands in for the device: a thread keeps exchanging it with the library while
 /// `update-ldcache` and `enable-cuda-compat` read the directory, and inotify reports
 /// any open of the FIFO's inode (`O_PATH` opens are not reported since Linux 6.5).
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn image_files_swapped_for_a_device_are_never_opened() {
     use nix::fcntl::{RenameFlags, renameat2};
@@ -118,7 +117,11 @@ fn image_files_swapped_for_a_device_are_never_opened() {
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
     let mut pairs = Vec::new();
     for (dir, name, bytes) in [
-        (&lib, "libx.so.1", elf::tiny_so("libx.so.1", 62)),
+        (
+            &lib,
+            "libx.so.1",
+            elf::tiny_so("libx.so.1", elf::NATIVE_MACHINE),
+        ),
         (&compat_dir, "libcuda.so.560.1", note),
     ] {
         fs::write(dir.join(name), bytes).unwrap();
@@ -291,7 +294,6 @@ fn dev_links_never_follow_an_image_link_to_another_tmpfs() {
 /// A soname link is never made over something that is not a symlink, whatever its name
 /// (as `ldconfig`, which says "is not a symbolic link"): an image's file stays, and a
 /// directory in the way does not fail the container's start.
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn soname_links_never_replace_files_or_directories() {
     let tmp = tempfile::tempdir().unwrap();
@@ -299,9 +301,17 @@ fn soname_links_never_replace_files_or_directories() {
     let root = tmp.path().join("rootfs");
     let lib = root.join("usr/lib64");
     fs::create_dir_all(&lib).unwrap();
-    fs::write(lib.join("libfoo.so.1.0"), elf::tiny_so("foo.so.1", 62)).unwrap();
+    fs::write(
+        lib.join("libfoo.so.1.0"),
+        elf::tiny_so("foo.so.1", elf::NATIVE_MACHINE),
+    )
+    .unwrap();
     fs::write(lib.join("foo.so.1"), b"the image's own file").unwrap();
-    fs::write(lib.join("libbar.so.1.0"), elf::tiny_so("bar.so.1", 62)).unwrap();
+    fs::write(
+        lib.join("libbar.so.1.0"),
+        elf::tiny_so("bar.so.1", elf::NATIVE_MACHINE),
+    )
+    .unwrap();
     fs::create_dir_all(lib.join("bar.so.1")).unwrap();
     let rootfs = open_rootfs(&state).unwrap();
     let done = ldcache::run(&rootfs, &[PathBuf::from("/usr/lib64")]);

@@ -64,7 +64,6 @@ fn versions_compare_like_ldconfig() {
     assert_eq!(cmp("libcuda.so.1", "libcuda.so.1.1"), Less);
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn update_ldcache_links_and_caches_the_newest_library_of_each_soname() {
     let tmp = tempfile::tempdir().unwrap();
@@ -74,17 +73,17 @@ fn update_ldcache_links_and_caches_the_newest_library_of_each_soname() {
     fs::create_dir_all(&lib).unwrap();
     fs::write(
         lib.join("libcuda.so.550.54.15"),
-        elf::tiny_so("libcuda.so.1", 62),
+        elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     fs::write(
         lib.join("libcuda.so.535.1"),
-        elf::tiny_so("libcuda.so.1", 62),
+        elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     fs::write(
         lib.join("libnvidia-ml.so.550.54.15"),
-        elf::tiny_so("libnvidia-ml.so.1", 62),
+        elf::tiny_so("libnvidia-ml.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     // Not a library, another architecture, a FIFO: left out.
@@ -118,14 +117,16 @@ fn update_ldcache_links_and_caches_the_newest_library_of_each_soname() {
         .map(|e| (e.key.clone(), e.value.clone(), e.flags))
         .collect();
     pairs.sort();
+    // This build's 64-bit flags: 0x0303 on x86-64, 0x0a03 on aarch64.
+    let lib64 = cache::native_flags(cache::Class::Lib64).unwrap();
     assert_eq!(
         pairs,
         [
-            ("libcuda.so.1".into(), format!("{LIB}/libcuda.so.1"), 0x303),
+            ("libcuda.so.1".into(), format!("{LIB}/libcuda.so.1"), lib64),
             (
                 "libnvidia-ml.so.1".into(),
                 format!("{LIB}/libnvidia-ml.so.1"),
-                0x303
+                lib64
             ),
         ]
     );
@@ -151,7 +152,7 @@ fn hooks_never_follow_the_images_links_out_of_the_rootfs() {
     fs::set_permissions(host.join("file"), fs::Permissions::from_mode(0o600)).unwrap();
     fs::write(
         host.join("libcuda.so.550.1"),
-        elf::tiny_so("libcuda.so.1", 62),
+        elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     symlink(&host, root.join("etc")).unwrap();
@@ -306,7 +307,6 @@ fn cuda_compat_follows_nvidias_major_version_rule() {
     assert!(matches!(decide(Some("550.54.15")), Decision::Skip(_)));
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn cuda_compat_libraries_go_first_in_the_cache() {
     let tmp = tempfile::tempdir().unwrap();
@@ -318,17 +318,17 @@ fn cuda_compat_libraries_go_first_in_the_cache() {
     fs::create_dir_all(&compat_dir).unwrap();
     fs::write(
         lib.join("libcuda.so.550.54.15"),
-        elf::tiny_so("libcuda.so.1", 62),
+        elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     fs::write(
         lib.join("libnvidia-ml.so.550.54.15"),
-        elf::tiny_so("libnvidia-ml.so.1", 62),
+        elf::tiny_so("libnvidia-ml.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     fs::write(
         compat_dir.join("libcuda.so.560.28.03"),
-        elf::tiny_so("libcuda.so.1", 62),
+        elf::tiny_so("libcuda.so.1", elf::NATIVE_MACHINE),
     )
     .unwrap();
     fs::create_dir_all(in_root(&root, "/etc")).unwrap();

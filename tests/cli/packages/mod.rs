@@ -16,7 +16,10 @@
 //!   '"device=0,1,2"'` with those GPUs; the set upgrades over NVIDIA's 1.13.0 packages, and
 //!   purge takes the runtime out of daemon.json again, also after that upgrade.
 //!
-//! Every test reads `target/packages/`: without it the test is skipped, or fails under
+//! - `arm64`: the arm64 set (`target/packages-arm64/`, scripts/test.sh with
+//!   `NVSHIM_TEST_ARM64=1`) is arm64/aarch64 throughout, with aarch64 binaries.
+//!
+//! Every other test reads `target/packages/`: without it the test is skipped, or fails under
 //! `CI=true`. (That the shipped config.toml is every default is a unit test,
 //! `config::shipped_tests`.) The chroot (`debootstrap --variant=minbase bookworm`, about
 //! 30 s) is cached in `target/pkgtest-chroot/` and copied per test.
@@ -28,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod apt;
+mod arm64;
 mod chroot;
 mod docker;
 mod files;
