@@ -56,14 +56,14 @@ if $CARGO nextest --version >/dev/null 2>&1; then
   # Through nextest over the workspace, so nothing is rebuilt (a plain `cargo test -p
   # nvshim` resolves features apart and recompiles dependencies).
   env "${static_env[@]}" $CARGO nextest run --workspace --no-fail-fast \
-    -E 'binary(runtime) & test(/^(shim|runc|driver_params)::/) | binary(hook) & test(/^(prestart|engines|security)::/)' ||
+    -E 'binary(runtime) & test(/^(shim|runc|driver_params|classes|graphics|mig_access|tegra|wsl)::/) | binary(hook) & test(/^(prestart|engines|security|classes|graphics|tegra|wsl)::/)' ||
     failed+=(static-reruns)
 else
   stage tests
   $CARGO test --workspace --no-fail-fast || failed+=(tests)
   stage "engine tests against the static runtime and hook"
   env "${static_env[@]}" $CARGO test --workspace --test runtime --test hook -- \
-    shim:: runc:: driver_params:: prestart:: engines:: security:: || failed+=(static-reruns)
+    shim:: runc:: driver_params:: classes:: graphics:: mig_access:: tegra:: wsl:: prestart:: engines:: security:: || failed+=(static-reruns)
 fi
 
 stage "fuzz smoke run"
