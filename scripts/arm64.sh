@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# aarch64 (`make test-arm64`): builds the four binaries (nvidia-container-runtime,
-# nvidia-container-runtime-hook, nvshim, nvidia-device-plugin) for aarch64-unknown-linux-gnu
-# with Debian's cross toolchain, then runs the unit tests of nvshim's library and of the
-# device plugin's and `:authority` crates under qemu-user. Exits non-zero if any build or
-# test fails.
+# aarch64 (`make test-arm64`, which CI runs after `make test`): builds the four binaries
+# (nvidia-container-runtime, nvidia-container-runtime-hook, nvshim, nvidia-device-plugin)
+# for aarch64-unknown-linux-gnu with Debian's cross toolchain, the arm64 packages from them
+# (checked by tests/cli/packages/arm64.rs against the amd64 set `make test` built), then
+# runs the unit tests of nvshim's library and of the device plugin's and `:authority`
+# crates under qemu-user. Exits non-zero if any build or test fails.
 #
 # The toolchain (`.ci/run` installs it): rustup cannot add targets here (no network to
 # static.rust-lang.org), so the compiler is Debian 12's rustc-web (1.96, bookworm-security)
@@ -27,7 +28,9 @@
 # Environment:
 #   NVSHIM_ARM64_RUSTC       the rustc with an aarch64 std (default /usr/bin/rustc)
 #   NVSHIM_ARM64_TARGET_DIR  cargo's target dir (default target/aarch64)
-#   NVSHIM_ARM64_STEPS       any of "bins tests plugin-tests" (default: all three), or
+#   NVSHIM_ARM64_STEPS       any of "bins packages tests plugin-tests" (default: all four;
+#                            packages needs bins, and the amd64 packages and test binaries
+#                            of `make test`), or
 #                            "release": the four binaries as packages ship them, the
 #                            runtime and the hook with the release profile (fat LTO, static
 #                            glibc), nvshim and the plugin with release-dynamic, all in
@@ -43,7 +46,7 @@ export RUSTC=${NVSHIM_ARM64_RUSTC:-/usr/bin/rustc}
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER:-aarch64-linux-gnu-gcc}
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER:-qemu-aarch64}
 target_dir=${NVSHIM_ARM64_TARGET_DIR:-target/aarch64}
-steps=" ${NVSHIM_ARM64_STEPS:-bins tests plugin-tests} "
+steps=" ${NVSHIM_ARM64_STEPS:-bins packages tests plugin-tests} "
 nice=(nice -n "${NVSHIM_ARM64_NICE:-0}")
 skips=(
   --skip rootfs::tests::the_walk_agrees_with_openat2
@@ -95,6 +98,18 @@ if [[ $steps == *" bins "* ]]; then
     # Each one starts under qemu and prints its version.
     qemu-aarch64 "$out/$b" --version >/dev/null || failed+=("$b --version")
   done
+fi
+if [[ $steps == *" packages "* ]]; then
+  # The debug binaries of `bins`, signed with `make test`'s key; then the x86-64 package
+  # test that compares them with the amd64 set, required to find them.
+  [ -d target/packages ] || die "no target/packages: run make test (or make package) first"
+  NVSHIM_ARCH=arm64 NVSHIM_BIN_DIR="$PWD/$target_dir/$TARGET/debug" \
+    NVSHIM_GPG_HOME="$PWD/target/packages.gnupg" NVSHIM_SKIP_CARGO=1 bash packaging/build.sh ||
+    die "the arm64 packages failed to build"
+  # The host's own rustc, and the whole workspace: the test binary `make test` built, as
+  # it is (Debian's rustc or `-p nvshim` would rebuild it).
+  env -u RUSTC NVSHIM_TEST_ARM64=1 "$CARGO" nextest run --workspace --no-fail-fast \
+    -E 'binary(cli) & test(/^packages::arm64::/)' || failed+=(packages)
 fi
 if [[ $steps == *" tests "* ]]; then
   cargo_arm64 test -p nvshim -p nvshim-http2-authority --lib -- "${skips[@]}" || failed+=(tests)

@@ -5,8 +5,9 @@
 //! library dependencies are arm64's (dpkg-shlibdeps against libc6:arm64); each .rpm is `aarch64` (nvidia-docker2 `noarch`)
 //! and requires aarch64's loader.
 //!
-//! The packages exist only where the aarch64 build ran: scripts/test.sh with
-//! `NVSHIM_TEST_ARM64=1`, which requires them; otherwise the test says so and passes.
+//! The packages exist only where the aarch64 build ran: `make test-arm64` (scripts/arm64.sh,
+//! which CI runs after `make test`) builds them and runs this test with
+//! `NVSHIM_TEST_ARM64=1`, which requires them; elsewhere the test says so and passes.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -38,7 +39,7 @@ fn arm64_built(prefix: &str, suffix: &str) -> Option<PathBuf> {
             std::env::var("NVSHIM_TEST_ARM64").as_deref() != Ok("1"),
             "under NVSHIM_TEST_ARM64=1: {what}"
         );
-        eprintln!("skipping: {what} (scripts/test.sh builds it with NVSHIM_TEST_ARM64=1)");
+        eprintln!("skipping: {what} (make test-arm64 builds it and runs this test)");
     }
     found
 }

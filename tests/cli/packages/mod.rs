@@ -16,8 +16,9 @@
 //!   '"device=0,1,2"'` with those GPUs; the set upgrades over NVIDIA's 1.13.0 packages, and
 //!   purge takes the runtime out of daemon.json again, also after that upgrade.
 //!
-//! - `arm64`: the arm64 set (`target/packages-arm64/`, scripts/test.sh with
-//!   `NVSHIM_TEST_ARM64=1`) is arm64/aarch64 throughout, with aarch64 binaries.
+//! - `arm64`: the arm64 set (`target/packages-arm64/`, built by `make test-arm64`, which
+//!   then runs this test with `NVSHIM_TEST_ARM64=1`) is arm64/aarch64 throughout, with
+//!   aarch64 binaries.
 //!
 //! Every other test reads `target/packages/`: without it the test is skipped, or fails under
 //! `CI=true`. (That the shipped config.toml is every default is a unit test,
