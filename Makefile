@@ -65,12 +65,14 @@ lint:
 
 # What CI runs (scripts/test.sh): lint, the debug build, the static runtime and hook and
 # the packages (with the debug nvshim and device plugin: `make package` builds those for
-# release), every test, the engine tests again against the static binaries, a fuzz smoke run.
+# release), every test (the fuzz targets' checks on their seeds and seed variants among
+# them), the engine tests again against the static binaries.
 test:
-	TEST_FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) CARGO=$(CARGO) bash scripts/test.sh
+	CARGO=$(CARGO) bash scripts/test.sh
 
-# The four binaries for aarch64 (Debian's rustc-web and cross toolchain, `.ci/run` installs
-# them) and the unit tests under qemu-user: scripts/arm64.sh.
+# After `make test` (CI runs both): the four binaries for aarch64 (Debian's rustc-web and
+# cross toolchain, `.ci/run` installs them), the arm64 packages and their test, and the
+# unit tests under qemu-user: scripts/arm64.sh.
 test-arm64:
 	CARGO=$(CARGO) bash scripts/arm64.sh
 
@@ -83,9 +85,6 @@ package-arm64:
 	  if [ -d "$$home" ]; then export NVSHIM_GPG_HOME=$$home; fi; \
 	  NVSHIM_ARCH=arm64 NVSHIM_BIN_DIR=$(CURDIR)/target/aarch64/static/release \
 	  NVSHIM_SKIP_CARGO=1 bash packaging/build.sh
-
-# Seconds per fuzz target in `make test`.
-TEST_FUZZ_SECONDS ?= 3
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (installs cargo-fuzz if missing; a crash
 # fails it). fuzz/ is a directory, so the target must be phony.

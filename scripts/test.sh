@@ -12,8 +12,10 @@
 #     optimization level of those two binaries does not change, and their release build
 #     (`make package`, about 270 CPU-seconds) would be a third of this script's time;
 #  4. every test (the package tests among them);
-#  5. the runtime's and hook's engine tests again, against the static runtime and hook;
-#  6. every fuzz target for a short smoke run (scripts/fuzz.sh).
+#  5. the runtime's and hook's engine tests again, against the static runtime and hook.
+# The fuzz targets' checks run in step 4 (tests/security/fuzz_regressions.rs: the seed
+# corpora, the kept crashes and 3,000 random variants of the seeds per target); `make fuzz`
+# builds the targets with cargo-fuzz and runs libFuzzer (scripts/fuzz.sh).
 # With NVSHIM_TEST_ARM64=1 the arm64 package test requires target/packages-arm64 (which
 # `make test-arm64` builds; see scripts/arm64.sh) instead of skipping without it.
 # The test steps all run even when one fails; the exit status is 1 if any did.
@@ -73,11 +75,6 @@ else
   env "${static_env[@]}" $CARGO test --workspace --test runtime --test hook -- \
     shim:: runc:: driver_params:: classes:: graphics:: mig_access:: tegra:: wsl:: prestart:: engines:: security:: || failed+=(static-reruns)
 fi
-
-stage "fuzz smoke run"
-# Unoptimized fuzz targets (under half the build time), two at a time. `make fuzz` is the
-# real fuzzing: optimized, longer.
-FUZZ_BUILD=dev bash scripts/fuzz.sh "${TEST_FUZZ_SECONDS:-3}" || failed+=(fuzz)
 
 stage done
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -33,6 +33,26 @@ fn seed_corpora_pass_every_check() {
     );
 }
 
+/// Variants of the seeds per target in [`seed_variants_pass_every_check`]: the suite's
+/// stand-in for a fuzz run (`make fuzz` is the real one).
+const VARIANTS_PER_TARGET: usize = 3000;
+
+#[test]
+fn seed_variants_pass_every_check() {
+    let (ran, failures) = replay::mutate(
+        &Path::new(ROOT).join("fuzz/corpus"),
+        checks::TARGETS,
+        VARIANTS_PER_TARGET,
+    );
+    assert_eq!(ran, VARIANTS_PER_TARGET * checks::TARGETS.len());
+    assert!(
+        failures.is_empty(),
+        "seed variants failing ({} of {ran}):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn every_target_has_seeds() {
     for (target, _) in checks::TARGETS {
@@ -63,6 +83,34 @@ fn every_fuzz_target_is_replayed() {
         on_disk, replayed,
         "fuzz/fuzz_targets/ and checks::TARGETS + PLUGIN_TARGETS differ"
     );
+    // Each target is one line around the check these tests run (so `make test` need not
+    // build the targets with cargo-fuzz to know they still compile), and fuzz/Cargo.toml
+    // builds it.
+    let manifest = fs::read_to_string(Path::new(ROOT).join("fuzz/Cargo.toml")).unwrap();
+    for target in &on_disk {
+        let module = if checks::PLUGIN_TARGETS.contains(&target.as_str()) {
+            "plugin_checks"
+        } else {
+            "checks"
+        };
+        let source = fs::read_to_string(dir.join(format!("{target}.rs"))).unwrap();
+        let code: Vec<&str> = source
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with("#!"))
+            .collect();
+        assert_eq!(
+            code,
+            [format!(
+                "libfuzzer_sys::fuzz_target!(|data: &[u8]| nvshim_fuzz::{module}::{target}(data));"
+            )],
+            "case {target}: fuzz/fuzz_targets/{target}.rs is not the one-line wrapper"
+        );
+        let bin = format!("name = \"{target}\"\npath = \"fuzz_targets/{target}.rs\"");
+        assert!(
+            manifest.contains(&bin),
+            "case {target}: fuzz/Cargo.toml has no [[bin]] with {bin:?}"
+        );
+    }
 }
 
 #[test]

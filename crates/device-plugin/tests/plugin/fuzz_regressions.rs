@@ -8,7 +8,7 @@ use std::path::Path;
 
 #[path = "../../../../fuzz/src/plugin_checks.rs"]
 mod plugin_checks;
-// Its `inputs` is for the core test; only `replay` and `Check` are used here.
+// Its `inputs` is for the core test; `replay`, `mutate` and `Check` are used here.
 #[allow(dead_code)]
 #[path = "../../../../fuzz/src/replay.rs"]
 mod replay;
@@ -29,6 +29,18 @@ fn seed_corpora_pass_the_plugin_checks() {
     assert!(
         failures.is_empty(),
         "seed inputs failing:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn seed_variants_pass_the_plugin_checks() {
+    let (ran, failures) = replay::mutate(&Path::new(ROOT).join("fuzz/corpus"), TARGETS, 3000);
+    assert_eq!(ran, 3000 * TARGETS.len());
+    assert!(
+        failures.is_empty(),
+        "seed variants failing ({} of {ran}):\n{}",
+        failures.len(),
         failures.join("\n")
     );
 }
