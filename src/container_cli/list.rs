@@ -169,22 +169,8 @@ fn mig_access(
         .collect();
     let mut out = Vec::new();
     for (on, name, only) in [
-        (
-            access.config,
-            "config",
-            MigAccess {
-                config: true,
-                monitor: false,
-            },
-        ),
-        (
-            access.monitor,
-            "monitor",
-            MigAccess {
-                config: false,
-                monitor: true,
-            },
-        ),
+        (access.config, "config", MigAccess::CONFIG),
+        (access.monitor, "monitor", MigAccess::MONITOR),
     ] {
         if on && !minors.is_empty() {
             let mut resources = HostResources::default();

@@ -148,14 +148,8 @@ mod tests {
 
     #[test]
     fn nodes_for_each_capability_and_gpu() {
-        let config = MigAccess {
-            config: true,
-            monitor: false,
-        };
-        let monitor = MigAccess {
-            config: false,
-            monitor: true,
-        };
+        let config = MigAccess::CONFIG;
+        let monitor = MigAccess::MONITOR;
         let both = MigAccess {
             config: true,
             monitor: true,
@@ -244,10 +238,7 @@ mod tests {
             "config 1\n",
         )
         .unwrap();
-        let access = MigAccess {
-            config: false,
-            monitor: true,
-        };
+        let access = MigAccess::MONITOR;
         let err = discover(&roots, access, &[0], &mut HostResources::default()).unwrap_err();
         let text = err.to_string();
         assert!(

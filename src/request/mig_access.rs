@@ -30,6 +30,17 @@ pub struct MigAccess {
 }
 
 impl MigAccess {
+    /// `NVIDIA_MIG_CONFIG_DEVICES` alone.
+    pub const CONFIG: Self = Self {
+        config: true,
+        monitor: false,
+    };
+    /// `NVIDIA_MIG_MONITOR_DEVICES` alone.
+    pub const MONITOR: Self = Self {
+        config: false,
+        monitor: true,
+    };
+
     /// Neither capability asked for.
     pub fn is_none(&self) -> bool {
         !self.config && !self.monitor

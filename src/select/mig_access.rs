@@ -74,14 +74,8 @@ mod tests {
 
     #[test]
     fn gpus_covered_and_refusals() {
-        let config = MigAccess {
-            config: true,
-            monitor: false,
-        };
-        let monitor = MigAccess {
-            config: false,
-            monitor: true,
-        };
+        let config = MigAccess::CONFIG;
+        let monitor = MigAccess::MONITOR;
         let full = Selection {
             gpus: vec![gpu(1), gpu(0)],
             mig_devices: vec![],

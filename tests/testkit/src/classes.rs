@@ -11,9 +11,6 @@
 
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-
 use crate::devices::DeviceNode;
 use crate::error::TestkitError;
 use crate::files;
@@ -95,19 +92,5 @@ fn make(path: &Path, node: &DeviceNode) -> Result<(), TestkitError> {
     if let Some(parent) = path.parent() {
         files::mkdir_all(parent)?;
     }
-    let dev = makedev(u64::from(node.major), u64::from(node.minor));
-    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(|source| {
-        if source == Errno::EPERM {
-            TestkitError::NeedsPrivilege {
-                path: path.to_path_buf(),
-                source,
-            }
-        } else {
-            TestkitError::Mknod {
-                path: path.to_path_buf(),
-                source,
-            }
-        }
-    })?;
-    files::chmod(path, node.mode)
+    files::char_device(path, node.major, node.minor, node.mode)
 }

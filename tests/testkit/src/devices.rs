@@ -8,9 +8,6 @@
 
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-
 use crate::error::TestkitError;
 use crate::files;
 use crate::spec::{
@@ -85,22 +82,7 @@ pub(crate) fn build(root: &Path, spec: &NodeSpec) -> Result<(), TestkitError> {
     files::mkdir_all(&root.join("nvidia-caps"))?;
     for node in device_nodes(spec) {
         let path = root.join(&node.path);
-        let dev = makedev(u64::from(node.major), u64::from(node.minor));
-        mknod(&path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(|source| {
-            if source == Errno::EPERM {
-                TestkitError::NeedsPrivilege {
-                    path: path.clone(),
-                    source,
-                }
-            } else {
-                TestkitError::Mknod {
-                    path: path.clone(),
-                    source,
-                }
-            }
-        })?;
-        // mknod's mode is filtered by the umask; set the real one afterwards.
-        files::chmod(&path, node.mode)?;
+        files::char_device(&path, node.major, node.minor, node.mode)?;
     }
     crate::graphics::build_dev(root, spec)
 }

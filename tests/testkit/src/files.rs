@@ -42,3 +42,30 @@ pub(crate) fn copy(from: &Path, to: &Path, mode: u32) -> Result<(), TestkitError
 pub(crate) fn link(target: &str, link: &Path) -> Result<(), TestkitError> {
     symlink(target, link).map_err(io_err("creating symlink", link))
 }
+
+/// Makes the character device `major:minor` at `path` with `mode` (set after `mknod`, whose
+/// mode the umask filters). Without `CAP_MKNOD` the error says the node needs privilege.
+pub(crate) fn char_device(
+    path: &Path,
+    major: u32,
+    minor: u32,
+    mode: u32,
+) -> Result<(), TestkitError> {
+    use nix::errno::Errno;
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    let dev = makedev(u64::from(major), u64::from(minor));
+    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(|source| {
+        if source == Errno::EPERM {
+            TestkitError::NeedsPrivilege {
+                path: path.to_path_buf(),
+                source,
+            }
+        } else {
+            TestkitError::Mknod {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    chmod(path, mode)
+}

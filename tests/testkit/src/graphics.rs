@@ -12,9 +12,6 @@
 
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-
 use crate::driver::LIB_DIR;
 use crate::error::TestkitError;
 use crate::files;
@@ -132,22 +129,7 @@ pub(crate) fn build_dev(dev_root: &Path, spec: &NodeSpec) -> Result<(), TestkitE
 }
 
 fn make_node(path: &Path, minor: u32) -> Result<(), TestkitError> {
-    let dev = makedev(u64::from(DRM_MAJOR), u64::from(minor));
-    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(|source| {
-        if source == Errno::EPERM {
-            TestkitError::NeedsPrivilege {
-                path: path.to_path_buf(),
-                source,
-            }
-        } else {
-            TestkitError::Mknod {
-                path: path.to_path_buf(),
-                source,
-            }
-        }
-    })?;
-    // udev's default for DRM nodes: group `video`/`render`, 0660.
-    files::chmod(path, 0o660)
+    files::char_device(path, DRM_MAJOR, minor, 0o660)
 }
 
 /// `D/sys/bus/pci/devices/<bus id>/drm/...` (`dir` is `D`).

@@ -39,16 +39,13 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    /// Builds the node described by `spec` in `dir`, which must be empty or absent.
-    pub fn build(
-        spec: &NodeSpec,
-        dir: &Path,
-        artifacts: &Artifacts,
-    ) -> Result<SimNode, TestkitError> {
+    /// Checks `spec`, makes `dir` (empty or absent) ready and names the node's paths in it;
+    /// creates nothing else.
+    pub(crate) fn layout(spec: &NodeSpec, dir: &Path) -> Result<SimNode, TestkitError> {
         spec.validate()?;
         prepare_dir(dir)?;
         let dir = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
-        let node = SimNode {
+        Ok(SimNode {
             driver_root: dir.join("driver"),
             dev_root: dir.join("dev"),
             proc_root: dir.join("proc"),
@@ -56,7 +53,16 @@ impl SimNode {
             call_log: dir.join("nvml-calls.log"),
             spec: spec.clone(),
             dir,
-        };
+        })
+    }
+
+    /// Builds the node described by `spec` in `dir`, which must be empty or absent.
+    pub fn build(
+        spec: &NodeSpec,
+        dir: &Path,
+        artifacts: &Artifacts,
+    ) -> Result<SimNode, TestkitError> {
+        let node = SimNode::layout(spec, dir)?;
         // Device nodes first: without CAP_MKNOD the build fails before doing the slow parts.
         devices::build(&node.dev_root, spec)?;
         let scratch = node.dir.join(SCRATCH_DIR);

@@ -18,13 +18,10 @@
 use std::fs;
 use std::path::PathBuf;
 
-use nix::errno::Errno;
-use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-
 use crate::artifacts::Artifacts;
 use crate::error::{TestkitError, io_err};
 use crate::mock_config::MockConfig;
-use crate::node::{MOCK_CONFIG_FILE, SCRATCH_DIR, SimNode, prepare_dir};
+use crate::node::{SCRATCH_DIR, SimNode};
 use crate::spec::NodeSpec;
 use crate::{driver, files};
 
@@ -76,36 +73,11 @@ impl SimNode {
         dir: &std::path::Path,
         artifacts: &Artifacts,
     ) -> Result<SimNode, TestkitError> {
-        spec.validate()?;
-        prepare_dir(dir)?;
-        let dir = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
-        let node = SimNode {
-            driver_root: dir.join("driver"),
-            dev_root: dir.join("dev"),
-            proc_root: dir.join("proc"),
-            mock_config: dir.join(MOCK_CONFIG_FILE),
-            call_log: dir.join("nvml-calls.log"),
-            spec: spec.clone(),
-            dir,
-        };
+        let node = SimNode::layout(spec, dir)?;
         // The device node first: without CAP_MKNOD the build fails before the slow parts.
         files::mkdir_all(&node.dev_root)?;
         let dxg = node.dev_root.join("dxg");
-        let dev = makedev(u64::from(DXG_MAJOR), u64::from(DXG_MINOR));
-        mknod(&dxg, SFlag::S_IFCHR, Mode::from_bits_truncate(0o600), dev).map_err(|source| {
-            if source == Errno::EPERM {
-                TestkitError::NeedsPrivilege {
-                    path: dxg.clone(),
-                    source,
-                }
-            } else {
-                TestkitError::Mknod {
-                    path: dxg.clone(),
-                    source,
-                }
-            }
-        })?;
-        files::chmod(&dxg, 0o666)?;
+        files::char_device(&dxg, DXG_MAJOR, DXG_MINOR, 0o666)?;
         files::mkdir_all(&node.proc_root)?;
 
         let scratch = node.dir.join(SCRATCH_DIR);
