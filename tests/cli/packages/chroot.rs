@@ -122,17 +122,24 @@ impl Chroot {
     }
 }
 
-/// `target/pkgtest-chroot/bookworm`, debootstrapped once (under a lock: the tests run
-/// in parallel processes); complete when the marker next to it exists.
+/// `target/pkgtest-chroot/bookworm` (or `$NVSHIM_PKGTEST_CACHE/bookworm`: `.ci/run` keeps
+/// it between CI runs, like the kubelet), debootstrapped once (under a lock: the tests run
+/// in parallel processes); complete when the marker next to it exists, and made again when
+/// that marker is over a week old.
 fn base_chroot() -> PathBuf {
-    let cache = Path::new(REPO).join("target/pkgtest-chroot");
+    let cache = std::env::var_os("NVSHIM_PKGTEST_CACHE")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(
+            || Path::new(REPO).join("target/pkgtest-chroot"),
+            PathBuf::from,
+        );
     fs::create_dir_all(&cache).unwrap();
     let base = cache.join("bookworm");
     let mirror = std::env::var("NVSHIM_DEBIAN_MIRROR")
         .unwrap_or_else(|_| "http://deb.debian.org/debian".to_owned());
     let script = r#"set -eu
-if [ ! -e "$1.complete" ]; then
-  rm -rf "$1"
+if [ ! -e "$1.complete" ] || [ -n "$(find "$1.complete" -mtime +7)" ]; then
+  rm -rf "$1" "$1.complete"
   start=$(date +%s)
   debootstrap --variant=minbase bookworm "$1" "$2" >"$1.log" 2>&1 ||
     { tail -n 30 "$1.log" >&2; exit 1; }

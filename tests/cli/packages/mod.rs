@@ -23,7 +23,8 @@
 //! Every other test reads `target/packages/`: without it the test is skipped, or fails under
 //! `CI=true`. (That the shipped config.toml is every default is a unit test,
 //! `config::shipped_tests`.) The chroot (`debootstrap --variant=minbase bookworm`, about
-//! 30 s) is cached in `target/pkgtest-chroot/` and copied per test.
+//! 30 s) is cached in `target/pkgtest-chroot/` (or `$NVSHIM_PKGTEST_CACHE`, which `.ci/run`
+//! keeps between runs) and copied per test.
 
 use std::collections::BTreeSet;
 use std::fs;
