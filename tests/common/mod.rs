@@ -46,3 +46,22 @@ pub fn runtime_bin() -> String {
     std::env::var("NVSHIM_TEST_RUNTIME")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvidia-container-runtime").to_string())
 }
+
+/// The `hooks` of a spec whose one prestart hook is ours, as dockerd writes it: the binary
+/// under test as `nvidia-container-runtime-hook prestart`, with `env` (`KEY=value`).
+pub fn prestart_hooks(env: &[String]) -> serde_json::Value {
+    serde_json::json!({"prestart": [{
+        "path": hook_bin(),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": env,
+    }]})
+}
+
+/// Puts [`prestart_hooks`] into the bundle's `config.json`.
+pub fn set_prestart_hook(bundle: &Path, env: &[String]) {
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    spec["hooks"] = prestart_hooks(env);
+    std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+}

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::{Node, node};
 use nvshim_testkit::{NodeSpec, runc_bundle};
-use serde_json::{Value, json};
 
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const LIB: &str = "usr/lib/x86_64-linux-gnu";
@@ -120,14 +119,13 @@ impl E2e {
         let bundle = self.dir.path().join(&id);
         runc_bundle(&bundle, &self.rootfs, &["/bin/sh", "-c", script], env).unwrap();
         prepare(&bundle.join("rootfs"));
-        let path = bundle.join("config.json");
-        let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-        spec["hooks"] = json!({"prestart": [{
-            "path": crate::common::hook_bin(),
-            "args": ["nvidia-container-runtime-hook", "prestart"],
-            "env": [format!("PATH={PATH}"), format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display())],
-        }]});
-        fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        crate::common::set_prestart_hook(
+            &bundle,
+            &[
+                format!("PATH={PATH}"),
+                format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display()),
+            ],
+        );
         let out = Command::new("runc")
             .env_clear()
             .env("PATH", PATH)

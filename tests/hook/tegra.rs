@@ -10,7 +10,6 @@ use std::fs;
 use std::process::Command;
 
 use nvshim_testkit::{GlibcRootfs, LIB_DIR, TegraNode, runc_bundle};
-use serde_json::{Value, json};
 
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -41,14 +40,13 @@ fn the_hook_gives_a_tegra_container_its_csv_files() {
         &["NVIDIA_VISIBLE_DEVICES=all"],
     )
     .unwrap();
-    let path = bundle.join("config.json");
-    let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    spec["hooks"] = json!({"prestart": [{
-        "path": crate::common::hook_bin(),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [format!("PATH={PATH}"), format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display())],
-    }]});
-    fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    crate::common::set_prestart_hook(
+        &bundle,
+        &[
+            format!("PATH={PATH}"),
+            format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display()),
+        ],
+    );
     let out = Command::new("runc")
         .env_clear()
         .env("PATH", PATH)

@@ -12,7 +12,6 @@ use std::process::Command;
 use crate::common::Printed;
 use nvshim_testkit::harness::wsl_node;
 use nvshim_testkit::{GlibcRootfs, NodeSpec, WSL_STORE, runc_bundle};
-use serde_json::{Value, json};
 
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -49,20 +48,16 @@ fn the_prestart_hook_hands_wsl_to_nvshim_and_the_container_gets_dxg_and_libcuda(
         &["NVIDIA_VISIBLE_DEVICES=all"],
     )
     .unwrap();
-    let path = bundle.join("config.json");
-    let mut spec: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     // As dockerd writes it, with the mock NVML's config for the NVML helper.
-    spec["hooks"] = json!({"prestart": [{
-        "path": crate::common::hook_bin(),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [
+    crate::common::set_prestart_hook(
+        &bundle,
+        &[
             format!("PATH={PATH}"),
             format!("NVIDIA_CTK_CONFIG_FILE_PATH={}", config.display()),
             format!("MOCK_NVML_CONFIG={}", sim.mock_config.display()),
             format!("MOCK_NVML_CALL_LOG={}", sim.call_log.display()),
         ],
-    }]});
-    fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    );
     let out = Command::new("runc")
         .env_clear()
         .env("PATH", PATH)
