@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cdi::{self, ContainerEdits};
-use crate::discover::{self, HostResources, Missing, SymlinkEdit, Want};
+use crate::discover::{self, Missing, SymlinkEdit, Want};
 use crate::edits;
 use crate::inventory::{self, Backend, DriverInfo, Inventory, Source};
 use crate::ldcache;
@@ -133,6 +133,18 @@ pub enum PipelineError {
     },
     #[error(transparent)]
     Csv(#[from] discover::csv::CsvError),
+}
+
+/// Fails on the first missing host resource the container cannot work without.
+fn require_all(missing: &[Missing]) -> Result<(), PipelineError> {
+    match missing.iter().find(|m| m.required) {
+        Some(m) => Err(PipelineError::MissingRequired {
+            what: m.what.clone(),
+            needed_for: m.needed_for.clone(),
+            detail: m.detail.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Plans `request` on the host described by `ctx`: [`stage`], then [`finish`].
@@ -362,14 +374,7 @@ pub fn plan_on(
     } else {
         discover::discover(&ctx.roots, want)?
     };
-    let HostResources { missing, .. } = &resources;
-    if let Some(m) = missing.iter().find(|m| m.required) {
-        return Err(PipelineError::MissingRequired {
-            what: m.what.clone(),
-            needed_for: m.needed_for.clone(),
-            detail: m.detail.clone(),
-        });
-    }
+    require_all(&resources.missing)?;
     let edits = edits::build(&resources);
     let symlinks = edits::symlinks(&resources);
     let ldcache = resources

@@ -238,11 +238,7 @@ mod tests {
         };
 
         let out = run(vec![gpu(0, "0000:3b:00.0")]);
-        let nodes: Vec<(String, u64, u64)> = out
-            .device_nodes
-            .iter()
-            .map(|n| (n.path.display().to_string(), n.major, n.minor))
-            .collect();
+        let nodes = out.node_numbers();
         assert_eq!(
             nodes,
             [

@@ -120,6 +120,17 @@ pub struct HostResources {
     pub links: Vec<SymlinkEdit>,
 }
 
+#[cfg(test)]
+impl HostResources {
+    /// `(path, major, minor)` of each device node, for assertions.
+    pub(crate) fn node_numbers(&self) -> Vec<(String, u64, u64)> {
+        self.device_nodes
+            .iter()
+            .map(|n| (n.path.display().to_string(), n.major, n.minor))
+            .collect()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoverError {
     #[error("cannot read {path}: {source}")]

@@ -57,13 +57,7 @@ pub(super) fn plan_names(
             .map_err(PipelineError::ImexChannels)?;
     }
     let resources = discover_classes(&ctx.roots, &classes)?;
-    if let Some(m) = resources.missing.iter().find(|m| m.required) {
-        return Err(PipelineError::MissingRequired {
-            what: m.what.clone(),
-            needed_for: m.needed_for.clone(),
-            detail: m.detail.clone(),
-        });
-    }
+    super::require_all(&resources.missing)?;
     tracing::debug!(devices = ?names, "device-class CDI names planned in memory");
     Ok(Some(InMemory {
         edits: edits::build(&resources),

@@ -31,13 +31,7 @@ pub(super) fn add(roots: &crate::roots::Roots, plan: &mut Plan) -> Result<(), Pi
     }
     let mut resources = HostResources::default();
     discover::mig_access::discover(roots, access, &minors, &mut resources)?;
-    if let Some(m) = resources.missing.iter().find(|m| m.required) {
-        return Err(PipelineError::MissingRequired {
-            what: m.what.clone(),
-            needed_for: m.needed_for.clone(),
-            detail: m.detail.clone(),
-        });
-    }
+    super::require_all(&resources.missing)?;
     plan.edits.merge(&edits::build(&resources));
     plan.missing.extend(resources.missing);
     Ok(())

@@ -107,11 +107,7 @@ fn every_kind_is_found_under_its_root_and_absent_ones_are_noted() {
          lib, /usr/share/nvidia-tegra\n",
     );
     let got = discover(&roots, &[file], &[]).unwrap();
-    let nodes: Vec<(String, u64, u64)> = got
-        .device_nodes
-        .iter()
-        .map(|n| (n.path.display().to_string(), n.major, n.minor))
-        .collect();
+    let nodes = got.node_numbers();
     assert_eq!(
         nodes,
         [("/dev/null".into(), 1, 3), ("/dev/zero".into(), 1, 5)]

@@ -141,11 +141,7 @@ fn all_gpus_get_dxg_dxcore_and_the_driver_store() {
     };
     let out = discover(&roots, want(&selection)).unwrap();
 
-    let nodes: Vec<(String, u64, u64)> = out
-        .device_nodes
-        .iter()
-        .map(|n| (n.path.display().to_string(), n.major, n.minor))
-        .collect();
+    let nodes = out.node_numbers();
     assert_eq!(
         nodes,
         [("/dev/dxg".to_owned(), 10, 63)],
