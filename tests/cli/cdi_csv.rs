@@ -15,11 +15,7 @@ use serde_json::Value;
 #[test]
 fn cdi_generate_csv_mode_writes_nvidias_tegra_spec() {
     let tmp = tempfile::tempdir().unwrap();
-    let node = TegraNode::build(&tmp.path().join("node")).unwrap();
-    let ctk = tmp.path().join("nvidia-ctk");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), &ctk).unwrap();
-    let config = tmp.path().join("config.toml");
-    fs::write(&config, node.runtime_config("runc", "auto", None)).unwrap();
+    let (node, ctk, config) = tegra_ctk(tmp.path());
     let generate = |extra: &[&str]| -> Value {
         let out = Command::new(&ctk)
             .env_clear()
@@ -122,11 +118,7 @@ fn cdi_generate_csv_mode_writes_nvidias_tegra_spec() {
 #[test]
 fn cdi_generate_auto_is_csv_on_tegra() {
     let tmp = tempfile::tempdir().unwrap();
-    let node = TegraNode::build(&tmp.path().join("node")).unwrap();
-    let ctk = tmp.path().join("nvidia-ctk");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), &ctk).unwrap();
-    let config = tmp.path().join("config.toml");
-    fs::write(&config, node.runtime_config("runc", "auto", None)).unwrap();
+    let (_node, ctk, config) = tegra_ctk(tmp.path());
     let out = Command::new(&ctk)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -146,4 +138,15 @@ fn cdi_generate_auto_is_csv_on_tegra() {
             .to_string()
             .contains("/dev/nvmap")
     );
+}
+
+/// A Tegra node in `dir`, `nvidia-ctk` (our binary under that name) and a config.toml for
+/// the node with `mode = "auto"`.
+fn tegra_ctk(dir: &std::path::Path) -> (TegraNode, std::path::PathBuf, std::path::PathBuf) {
+    let node = TegraNode::build(&dir.join("node")).unwrap();
+    let ctk = dir.join("nvidia-ctk");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), &ctk).unwrap();
+    let config = dir.join("config.toml");
+    fs::write(&config, node.runtime_config("runc", "auto", None)).unwrap();
+    (node, ctk, config)
 }
