@@ -267,11 +267,17 @@ async fn gpu_gauges_follow_the_mock_and_parse() {
     config.write(&sim.mock_config).unwrap();
 
     let run = launch(sim, &[], true).await;
-    let scrape = run.scrape().await;
+    let registered = [("resource", GPU_RESOURCE), ("result", "success")];
+    // Once, in a full run on a loaded machine, the first scrape after `launch` had no
+    // registration series yet: wait for it, then check every value.
+    let scrape = run
+        .scrape_until("the registration counted", |s| {
+            value(s, "plugin_registrations_total", &registered).is_some()
+        })
+        .await;
     let uuid2 = sim.spec.gpus[2].uuid.as_str();
     let gpu2 = [("gpu", "2"), ("uuid", uuid2)];
     let (g0, g5, g7) = ([("gpu", "0")], [("gpu", "5")], [("gpu", "7")]);
-    let registered = [("resource", GPU_RESOURCE), ("result", "success")];
     let gib = |n: u64| Some((n << 30) as f64);
     let cases: [Case; 12] = [
         ("utilization", "gpu_utilization_ratio", &gpu2, Some(0.75)),
