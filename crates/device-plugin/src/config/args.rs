@@ -14,7 +14,7 @@ use clap::builder::{OsStringValueParser, TypedValueParser};
 use nvshim::k8s_config::parse_device_list_strategy;
 
 use super::values::{parse_bool, parse_listen_addr};
-use super::{DeviceIdStrategy, DeviceListStrategy, MigStrategy};
+use super::{DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginConfigError};
 
 /// `--mig-strategy`.
 pub const ENV_MIG_STRATEGY: &str = "MIG_STRATEGY";
@@ -56,6 +56,10 @@ pub const ENV_SOCKET_DIR: &str = "NVSHIM_SOCKET_DIR";
 pub const ENV_HEALTH_ADDR: &str = "NVSHIM_HEALTH_ADDR";
 /// `--metrics-addr` (ours).
 pub const ENV_METRICS_ADDR: &str = "NVSHIM_METRICS_ADDR";
+/// `--metrics-names` (ours).
+pub const ENV_METRICS_NAMES: &str = "NVSHIM_METRICS_NAMES";
+/// `--metrics-collectors` (ours; dcgm-exporter's `-f` file format).
+pub const ENV_METRICS_COLLECTORS: &str = "NVSHIM_METRICS_COLLECTORS";
 /// `--pod-resources-socket` (ours).
 pub const ENV_POD_RESOURCES_SOCKET: &str = "NVSHIM_POD_RESOURCES_SOCKET";
 /// `--nvml-lib` (ours).
@@ -321,6 +325,16 @@ pub struct PluginArgs {
     #[arg(long, global = true, value_name = "[IP]:PORT", value_parser = parse_listen_addr)]
     pub metrics_addr: Option<SocketAddr>,
 
+    /// The GPU metric names: dcgm (dcgm-exporter's DCGM_FI_*, Prometheus text 0.0.4) or
+    /// nvshim (our nvshim_gpu_*, OpenMetrics) [env: NVSHIM_METRICS_NAMES] [default: dcgm]
+    #[arg(long, global = true, value_name = "dcgm|nvshim", value_parser = parse_metrics_names)]
+    pub metrics_names: Option<MetricsNames>,
+
+    /// The DCGM fields to serve, in dcgm-exporter's collectors CSV format
+    /// [env: NVSHIM_METRICS_COLLECTORS] [default: dcgm-exporter's default counters]
+    #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
+    pub metrics_collectors: Option<PathBuf>,
+
     /// Kubelet's pod-resources socket, for the pod labels of GPU metrics; "" for none
     /// [env: NVSHIM_POD_RESOURCES_SOCKET] [default: /var/lib/kubelet/pod-resources/kubelet.sock]
     #[arg(long, global = true, value_name = "PATH", value_parser = path_parser())]
@@ -364,4 +378,33 @@ impl PluginArgs {
 /// which `--kubelet-socket` needs); [`super::resolve`] decides what empty means.
 fn path_parser() -> impl TypedValueParser<Value = PathBuf> {
     OsStringValueParser::new().map(PathBuf::from)
+}
+
+/// Which names the GPU metrics go by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsNames {
+    /// dcgm-exporter's `DCGM_FI_*` families and labels, in the Prometheus text format
+    /// 0.0.4, so NVIDIA's dashboards and alert rules work unchanged.
+    #[default]
+    Dcgm,
+    /// Our `nvshim_gpu_*` gauges, in OpenMetrics.
+    Nvshim,
+}
+
+impl MetricsNames {
+    const VALID: &'static str = "dcgm, nvshim";
+}
+
+/// `--metrics-names` and `NVSHIM_METRICS_NAMES`.
+pub fn parse_metrics_names(value: &str) -> Result<MetricsNames, PluginConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "dcgm" => Ok(MetricsNames::Dcgm),
+        "nvshim" => Ok(MetricsNames::Nvshim),
+        _ => Err(PluginConfigError::Invalid {
+            origin: "--metrics-names".to_owned(),
+            value: value.to_owned(),
+            valid: MetricsNames::VALID,
+        }),
+    }
 }

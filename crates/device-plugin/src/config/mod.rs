@@ -166,6 +166,10 @@ pub struct Settings {
     pub health_addr: Option<SocketAddr>,
     /// `--metrics-addr`: serve Prometheus `/metrics` here (off when `None`).
     pub metrics_addr: Option<SocketAddr>,
+    /// `--metrics-names`: dcgm-exporter's names (the default) or ours.
+    pub metrics_names: MetricsNames,
+    /// `--metrics-collectors`: the DCGM fields to serve (`None`: dcgm-exporter's defaults).
+    pub metrics_collectors: Option<PathBuf>,
     /// `--pod-resources-socket`: kubelet's pod-resources API, for the metrics' pod labels
     /// (`None`, given as `""`: no pod labels).
     pub pod_resources_socket: Option<PathBuf>,
@@ -201,6 +205,8 @@ impl Default for Settings {
             health_checks: HealthChecks::default(),
             health_addr: None,
             metrics_addr: None,
+            metrics_names: MetricsNames::default(),
+            metrics_collectors: None,
             pod_resources_socket: Some(PathBuf::from(POD_RESOURCES_SOCKET)),
             nvml_library: None,
             config_file: None,

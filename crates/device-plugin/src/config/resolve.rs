@@ -17,10 +17,11 @@ use super::args::{
     ENV_CDI_SPEC_DIR, ENV_CONFIG_FILE, ENV_CONTAINER_DRIVER_ROOT, ENV_DEVICE_DISCOVERY_STRATEGY,
     ENV_DEVICE_ID_STRATEGY, ENV_DEVICE_LIST_STRATEGY, ENV_DISABLE_HEALTHCHECKS,
     ENV_DRIVER_ROOT_CTR_PATH, ENV_ENABLE_HEALTHCHECKS, ENV_FAIL_ON_INIT_ERROR, ENV_HEALTH_ADDR,
-    ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_MIG_STRATEGY, ENV_MPS_ROOT, ENV_NVIDIA_CDI_HOOK_PATH,
-    ENV_NVIDIA_CTK_PATH, ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB,
-    ENV_PASS_DEVICE_SPECS, ENV_POD_RESOURCES_SOCKET, ENV_SHARED_DEVICES_ALLOCATION_POLICY,
-    ENV_SOCKET_DIR,
+    ENV_KUBELET_SOCKET, ENV_METRICS_ADDR, ENV_METRICS_COLLECTORS, ENV_METRICS_NAMES,
+    ENV_MIG_STRATEGY, ENV_MPS_ROOT, ENV_NVIDIA_CDI_HOOK_PATH, ENV_NVIDIA_CTK_PATH,
+    ENV_NVIDIA_DEV_ROOT, ENV_NVIDIA_DRIVER_ROOT, ENV_NVML_LIB, ENV_PASS_DEVICE_SPECS,
+    ENV_POD_RESOURCES_SOCKET, ENV_SHARED_DEVICES_ALLOCATION_POLICY, ENV_SOCKET_DIR,
+    parse_metrics_names,
 };
 use super::extras;
 use nvshim::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION};
@@ -77,6 +78,9 @@ pub(super) fn merge(
     let strategies = env.strategies()?;
     let health_addr = env.address(ENV_HEALTH_ADDR)?;
     let metrics_addr = env.listen_address(ENV_METRICS_ADDR)?;
+    let metrics_names = env.0(ENV_METRICS_NAMES)
+        .map(|value| parse_metrics_names(&value).map_err(|e| e.in_env(ENV_METRICS_NAMES)))
+        .transpose()?;
     let health_checks = health_checks(env.0)?;
 
     let driver_root = non_empty_path(args.driver_root.clone())
@@ -199,6 +203,9 @@ pub(super) fn merge(
         health_checks,
         health_addr: args.health_addr.or(health_addr),
         metrics_addr: args.metrics_addr.or(metrics_addr),
+        metrics_names: args.metrics_names.or(metrics_names).unwrap_or_default(),
+        metrics_collectors: non_empty_path(args.metrics_collectors.clone())
+            .or_else(|| env.path(ENV_METRICS_COLLECTORS)),
         pod_resources_socket,
         nvml_library: non_empty_path(args.nvml_lib.clone()).or_else(|| env.path(ENV_NVML_LIB)),
         config_file,

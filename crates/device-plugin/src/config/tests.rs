@@ -258,6 +258,18 @@ fn command_line() {
             with(|s| s.metrics_addr = Some("127.0.0.1:9400".parse().unwrap())),
         ),
         (
+            "our metric names",
+            vec!["--metrics-names", "NVSHIM"],
+            with(|s| s.metrics_names = MetricsNames::Nvshim),
+        ),
+        (
+            "a collectors file",
+            vec!["--metrics-collectors=/etc/dcgm-exporter/default-counters.csv"],
+            with(|s| {
+                s.metrics_collectors = Some("/etc/dcgm-exporter/default-counters.csv".into());
+            }),
+        ),
+        (
             "pod resources socket",
             vec!["--pod-resources-socket=/p/kubelet.sock"],
             with(|s| s.pod_resources_socket = Some("/p/kubelet.sock".into())),
@@ -300,7 +312,7 @@ fn command_line_fields_are_unset_by_default() {
 
 #[test]
 fn command_line_errors() {
-    let cases: [(&str, &[&str], &[&str]); 10] = [
+    let cases: [(&str, &[&str], &[&str]); 11] = [
         (
             "go bools need =",
             &["--fail-on-init-error", "false"],
@@ -341,6 +353,11 @@ fn command_line_errors() {
             "bad metrics port",
             &["--metrics-addr=:http"],
             &["\":http\"", "IP:PORT or :PORT"],
+        ),
+        (
+            "bad metric names",
+            &["--metrics-names=prometheus"],
+            &["\"prometheus\"", "dcgm, nvshim"],
         ),
         (
             "unknown flag",
