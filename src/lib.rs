@@ -50,6 +50,8 @@ pub mod bundle;
 pub mod cdi;
 pub mod ldcache;
 pub mod nvml;
+// The dcgm-exporter-compatible metrics core (NVML readings to Prometheus text).
+pub mod exporter;
 
 pub mod request;
 

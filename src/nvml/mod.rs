@@ -20,10 +20,12 @@
 //! optional too: a driver without one reports that one reading missing, nothing more.
 #![allow(unsafe_code)]
 
+mod counters;
 mod device;
 mod error;
 mod events;
 mod ffi;
+mod gpm;
 mod nvlink;
 mod telemetry;
 
@@ -35,11 +37,18 @@ use libloading::Library;
 
 use ffi::{RawDevice, RawReturn};
 
+pub use counters::{
+    EccCounter, FIELD_MEMORY_TEMPERATURE, FIELD_NVLINK_BANDWIDTH_C0_TOTAL, FieldReading,
+    MemoryInfoV2, PcieDirection, RemappedRows, RetirementCause,
+};
 pub use device::{Device, MemoryInfo, PciInfo};
 pub use error::{NvmlError, Return};
 pub use events::{
     EVENT_TYPE_DOUBLE_BIT_ECC_ERROR, EVENT_TYPE_SINGLE_BIT_ECC_ERROR,
     EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE, SharedEventSet,
+};
+pub use gpm::{
+    GPM_METRIC_ANY_TENSOR_UTIL, GPM_METRIC_DRAM_BW_UTIL, GPM_METRIC_GRAPHICS_UTIL, GpmSample,
 };
 pub use nvlink::NVLINK_MAX_LINKS;
 pub use telemetry::{Clock, Utilization};
@@ -93,6 +102,9 @@ struct Api {
     temperature: Sym<ffi::DeviceEnumUintFn>,
     power_usage: Sym<ffi::DeviceUintFn>,
     clock_info: Sym<ffi::DeviceEnumUintFn>,
+    /// The metrics exporter's readings (`counters`) and GPM (`gpm`), all optional.
+    counters: counters::CountersApi,
+    gpm: gpm::GpmApi,
 }
 
 /// Looks up the first of `names` that the library exports.
@@ -172,6 +184,8 @@ impl Api {
                 temperature: resolve(lib, &["nvmlDeviceGetTemperature"]),
                 power_usage: resolve(lib, &["nvmlDeviceGetPowerUsage"]),
                 clock_info: resolve(lib, &["nvmlDeviceGetClockInfo"]),
+                counters: counters::CountersApi::resolve(lib),
+                gpm: gpm::GpmApi::resolve(lib),
             }
         }
     }

@@ -70,6 +70,9 @@ pub struct GpuConfig {
     /// `nvmlDeviceGetClockInfo` for the SM (and graphics) clock, MHz; default 1410.
     #[serde(default = "sm_clock_default")]
     pub sm_clock_mhz: Option<u32>,
+    /// The metrics exporter's readings (`telemetry.rs`); none: all `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
 fn zero() -> Option<u32> {
@@ -113,6 +116,9 @@ pub struct MigConfig {
     pub memory_total_bytes: u64,
     /// e.g. `1g.10gb`; the device's name is `<gpu name> MIG <profile>`.
     pub profile: String,
+    /// Memory use and GPM of the MIG device (`telemetry.rs`).
+    #[serde(default)]
+    pub telemetry: Option<crate::telemetry::MigTelemetryConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -14,6 +14,7 @@ mod abi;
 mod config;
 mod readings;
 mod state;
+mod telemetry;
 
 use abi::{Memory, PciInfo};
 
@@ -586,3 +587,6 @@ fn error_string(result: Ret) -> &'static CStr {
         _ => c"Unknown Error",
     }
 }
+
+// After `nvml_exports!`, which it uses: the metrics exporter's calls (telemetry.rs).
+mod telemetry_abi;

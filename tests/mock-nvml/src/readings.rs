@@ -103,6 +103,12 @@ impl Node {
             old.temperature_celsius = new.temperature_celsius;
             old.power_milliwatts = new.power_milliwatts;
             old.sm_clock_mhz = new.sm_clock_mhz;
+            old.telemetry = new.telemetry.clone();
+            for (mig, fresh) in old.mig_devices.iter_mut().zip(&new.mig_devices) {
+                if mig.uuid == fresh.uuid {
+                    mig.telemetry = fresh.telemetry.clone();
+                }
+            }
         }
     }
 
@@ -141,7 +147,9 @@ impl Node {
         let config = &self.whole_gpu(dev)?.config;
         match clock_type {
             CLOCK_GRAPHICS | CLOCK_SM => supported(config.sm_clock_mhz),
-            CLOCK_MEM | CLOCK_VIDEO => Err(code::NOT_SUPPORTED),
+            // The memory clock is a `telemetry` reading (`telemetry.rs`).
+            CLOCK_MEM => self.memory_clock(dev),
+            CLOCK_VIDEO => Err(code::NOT_SUPPORTED),
             _ => Err(code::INVALID_ARGUMENT),
         }
     }

@@ -279,7 +279,8 @@ impl Node {
             }
             Dev::Mig(g, m) => {
                 let total = self.mig(g, m).map_or(0, |mig| mig.memory_total_bytes);
-                (total, total, 0)
+                let used = self.mig_memory_used(g, m).min(total);
+                (total, total - used, used)
             }
         }
     }

@@ -34,6 +34,7 @@ mod graphics;
 pub mod harness;
 pub mod layering;
 mod mock_config;
+mod mock_telemetry;
 mod mps;
 mod node;
 mod procfs;
@@ -62,6 +63,9 @@ pub use graphics::{
     VULKAN_LAYERS, XORG_DRIVER, XORG_EXTENSIONS, application_profiles, drm_nodes,
 };
 pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockNvLink, MockXidEvent};
+pub use mock_telemetry::{
+    MockEcc, MockGpm, MockMigTelemetry, MockRemappedRows, MockRetiredPages, MockTelemetry,
+};
 pub use mps::{FAKE_MPS_CONTROL, MPS_PID_FILE, MPS_RECORD_FILE, mps_record};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
 pub use procfs::{capability_file, version_file};

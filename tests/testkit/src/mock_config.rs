@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::error::TestkitError;
 use crate::files;
+use crate::mock_telemetry::{MockMigTelemetry, MockTelemetry};
 use crate::spec::NodeSpec;
 
 /// The config file as the mock reads it.
@@ -50,6 +51,10 @@ pub struct MockGpu {
     pub temperature_celsius: Option<u32>,
     pub power_milliwatts: Option<u32>,
     pub sm_clock_mhz: Option<u32>,
+    /// The metrics exporter's readings; left out of the file when `None` (every one of
+    /// them `NOT_SUPPORTED`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<MockTelemetry>,
 }
 
 /// What a node's GPUs read unless a test says otherwise: an idle A100 (the mock's own
@@ -74,6 +79,9 @@ pub struct MockMigDevice {
     pub uuid: String,
     pub memory_total_bytes: u64,
     pub profile: String,
+    /// Memory use and GPM of the MIG device; left out of the file when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<MockMigTelemetry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,6 +119,7 @@ impl MockConfig {
                             uuid: mig.uuid.clone(),
                             memory_total_bytes: mig.memory_bytes,
                             profile: mig.profile.clone(),
+                            telemetry: None,
                         })
                         .collect(),
                     nvlinks: Vec::new(),
@@ -119,6 +128,7 @@ impl MockConfig {
                     temperature_celsius: Some(IDLE_TEMPERATURE_CELSIUS),
                     power_milliwatts: Some(IDLE_POWER_MILLIWATTS),
                     sm_clock_mhz: Some(IDLE_SM_CLOCK_MHZ),
+                    telemetry: None,
                 })
                 .collect(),
             xid_events: spec

@@ -20,6 +20,7 @@ fn gpu(uuid: &str, bus_id: &str, minor: u32) -> GpuConfig {
         temperature_celsius: Some(35),
         power_milliwatts: Some(60_000),
         sm_clock_mhz: Some(1410),
+        telemetry: None,
     }
 }
 
@@ -127,6 +128,7 @@ fn handles_round_trip_and_reject_strangers() -> Result<(), Box<dyn std::error::E
         uuid: "MIG-0".into(),
         memory_total_bytes: 10 << 30,
         profile: "1g.10gb".into(),
+        telemetry: None,
     }];
     let config = Config {
         driver_version: "1".into(),
