@@ -75,7 +75,7 @@ impl Drop for Monitor {
 pub fn run(args: &PluginArgs) -> Result<(), PluginError> {
     let settings = config::resolve_from_process(args)?;
     tracing::info!(settings = %serde_json::to_string(&settings).unwrap_or_default(), "starting");
-    let metrics = Metrics::for_settings(&settings);
+    let metrics = Metrics::for_settings(&settings).map_err(ServerError::from)?;
     let mut spec_file = SpecFile::default();
     let built = build(settings, &metrics)?;
     keep_spec(&mut spec_file, &built)?;

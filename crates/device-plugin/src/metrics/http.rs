@@ -19,7 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use super::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics};
+use super::Metrics;
 
 /// The path the metrics are served on.
 pub const PATH: &str = "/metrics";
@@ -84,7 +84,7 @@ async fn answer(metrics: &Metrics, request: &Request<Incoming>) -> Response<Full
             let mut response = Response::new(Full::new(Bytes::from(text)));
             response.headers_mut().insert(
                 CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static(METRICS_CONTENT_TYPE),
+                hyper::header::HeaderValue::from_static(metrics.content_type()),
             );
             response
         }
@@ -117,6 +117,7 @@ mod tests {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    use super::super::CONTENT_TYPE as METRICS_CONTENT_TYPE;
     use super::*;
 
     async fn get(addr: std::net::SocketAddr, request: &str) -> String {
@@ -131,7 +132,10 @@ mod tests {
     async fn routes() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, Metrics::enabled(None)));
+        let server = tokio::spawn(serve(
+            listener,
+            Metrics::enabled(None, crate::metrics::Names::Nvshim),
+        ));
         let close = "Connection: close\r\n\r\n";
         let cases = [
             (

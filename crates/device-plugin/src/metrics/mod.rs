@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 //! Prometheus metrics of the device plugin: `GET /metrics` on `--metrics-addr` (off by
-//! default), in the OpenMetrics text format.
+//! default). With `--metrics-names=dcgm` (the default) the GPU families are
+//! dcgm-exporter's (`DCGM_FI_*`, from `nvshim::exporter`, the same as `nvshim exporter`
+//! serves) and the whole text is the Prometheus format 0.0.4; with `nvshim`, our
+//! `nvshim_gpu_*` gauges in OpenMetrics. The plugin's own `nvshim_plugin_*` families are
+//! in both.
 //!
 //! ```text
-//! gpus   per-GPU gauges sampled from NVML at each scrape; XID events counted from an
-//!        event set of our own, drained at each scrape
-//! pods   kubelet's pod-resources API (List) → which pod and container hold each GPU
-//! http   the /metrics listener (hyper, HTTP/1.1) on the plugin's runtime
+//! gpus     nvshim names: per-GPU gauges sampled from NVML at each scrape; XID events
+//!          counted from an event set of our own, drained at each scrape
+//! dcgm     dcgm names: nvshim::exporter's families, pod labels from kubelet's answer
+//! classic  the plugin's families rewritten from OpenMetrics to the 0.0.4 format
+//! pods     kubelet's pod-resources API (List) → which pod and container hold each GPU
+//! http     the /metrics listener (hyper, HTTP/1.1) on the plugin's runtime
 //! ```
 //!
 //! [`Metrics`] is the one handle the rest of the plugin sees: the server counts
@@ -24,6 +30,8 @@
 //!
 //! This module never decides anything about devices and never writes the health board.
 
+mod classic;
+mod dcgm;
 mod gpus;
 mod http;
 pub mod pods;
@@ -39,10 +47,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use super::config::Settings;
+use super::config::{MetricsNames, Settings};
 use super::health::HealthBoard;
 use super::resources::{Resource, Unit as DeviceUnit};
 use gpus::{GpuCollector, NodeView, XidLabels};
+use nvshim::exporter::{CollectorsError, Counters, Exporter};
 use nvshim::inventory::Inventory;
 use nvshim::nvml::Nvml;
 use pods::{Holders, PodResources};
@@ -51,8 +60,25 @@ pub(crate) use http::serve;
 
 /// The prefix of every metric name.
 pub const PREFIX: &str = "nvshim";
-/// The `Content-Type` of a scrape: OpenMetrics text, which Prometheus asks for first.
+/// The `Content-Type` of a scrape with our names: OpenMetrics text, which Prometheus
+/// asks for first.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Which GPU families a scrape has.
+#[derive(Debug, Clone)]
+pub enum Names {
+    /// dcgm-exporter's, for this set of fields.
+    Dcgm(Counters),
+    /// Ours (`nvshim_gpu_*`).
+    Nvshim,
+}
+
+/// The GPUs a scrape reads, in the form the names need.
+#[derive(Debug, Clone)]
+enum NodeSource {
+    Ours(Arc<NodeView>),
+    Dcgm(Arc<Exporter>),
+}
 
 /// Why a scrape could not be answered.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +87,8 @@ pub enum MetricsError {
     Encode(#[source] std::fmt::Error),
     #[error("the NVML sampler of a scrape failed")]
     Sampler(#[source] tokio::task::JoinError),
+    #[error("--metrics-collectors: {0}")]
+    Collectors(#[from] CollectorsError),
 }
 
 /// The plugin's metrics, or nothing when they are off. Cheap to clone.
@@ -89,7 +117,9 @@ type Histograms = Family<ResourceLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Debug)]
 struct Shared {
-    /// Everything that lives across scrapes: the plugin's counters and the XID counter.
+    names: Names,
+    /// Everything that lives across scrapes: the plugin's counters and, with our names,
+    /// the XID counter.
     registry: Registry,
     allocations: Family<OutcomeLabels, Counter>,
     allocate_seconds: Histograms,
@@ -97,7 +127,7 @@ struct Shared {
     transitions: Family<TransitionLabels, Counter>,
     xid_errors: Family<XidLabels, Counter>,
     /// The GPUs of the node being served; replaced on every rebuild.
-    node: Mutex<Option<Arc<NodeView>>>,
+    node: Mutex<Option<NodeSource>>,
     /// Kubelet's pod-resources API, unless turned off.
     pods: Option<PodResources>,
 }
@@ -119,7 +149,7 @@ impl Metrics {
 
     /// Metrics that are on, with pod labels from kubelet's pod-resources API at
     /// `pod_resources` (when given and present at scrape time).
-    pub fn enabled(pod_resources: Option<PathBuf>) -> Metrics {
+    pub fn enabled(pod_resources: Option<PathBuf>, names: Names) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let allocations = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -148,13 +178,17 @@ impl Metrics {
             transitions.clone(),
         );
         let xid_errors = Family::<XidLabels, Counter>::default();
-        registry.register(
-            "gpu_xid_errors",
-            "XID errors NVML reported, by GPU and XID",
-            xid_errors.clone(),
-        );
+        if matches!(names, Names::Nvshim) {
+            // With dcgm's names, DCGM_FI_DEV_XID_ERRORS says it.
+            registry.register(
+                "gpu_xid_errors",
+                "XID errors NVML reported, by GPU and XID",
+                xid_errors.clone(),
+            );
+        }
         Metrics {
             shared: Some(Arc::new(Shared {
+                names,
                 registry,
                 allocations,
                 allocate_seconds,
@@ -167,11 +201,30 @@ impl Metrics {
         }
     }
 
-    /// On when `settings.metrics_addr` is set.
-    pub fn for_settings(settings: &Settings) -> Metrics {
-        match settings.metrics_addr {
-            Some(_) => Metrics::enabled(settings.pod_resources_socket.clone()),
-            None => Metrics::disabled(),
+    /// On when `settings.metrics_addr` is set, with the names and fields it asks for; a
+    /// collectors file that cannot be read or has a field we cannot serve is an error.
+    pub fn for_settings(settings: &Settings) -> Result<Metrics, MetricsError> {
+        if settings.metrics_addr.is_none() {
+            return Ok(Metrics::disabled());
+        }
+        let names = match settings.metrics_names {
+            MetricsNames::Nvshim => Names::Nvshim,
+            MetricsNames::Dcgm => Names::Dcgm(match &settings.metrics_collectors {
+                Some(path) => Counters::load(path)?,
+                None => Counters::default_set(),
+            }),
+        };
+        Ok(Metrics::enabled(
+            settings.pod_resources_socket.clone(),
+            names,
+        ))
+    }
+
+    /// The `Content-Type` of what [`Metrics::render`] returns.
+    pub fn content_type(&self) -> &'static str {
+        match self.shared.as_deref().map(|shared| &shared.names) {
+            Some(Names::Dcgm(_)) => nvshim::exporter::CONTENT_TYPE,
+            _ => CONTENT_TYPE,
         }
     }
 
@@ -220,8 +273,21 @@ impl Metrics {
         board: &Arc<HealthBoard>,
     ) {
         let Some(shared) = &self.shared else { return };
-        let view = NodeView::new(nvml, inventory, resources, board);
-        *shared.lock_node() = Some(Arc::new(view));
+        let source = match &shared.names {
+            Names::Nvshim => Some(NodeSource::Ours(Arc::new(NodeView::new(
+                nvml, inventory, resources, board,
+            )))),
+            Names::Dcgm(counters) => {
+                match Exporter::new(Arc::clone(nvml), counters.clone(), dcgm::hostname()) {
+                    Ok(exporter) => Some(NodeSource::Dcgm(Arc::new(exporter))),
+                    Err(error) => {
+                        tracing::warn!(%error, "GPU metrics are off until the next rebuild");
+                        None
+                    }
+                }
+            }
+        };
+        *shared.lock_node() = source;
     }
 
     /// Samples no GPU (a node without NVML or GPUs, served with fail-on-init-error off).
@@ -267,21 +333,53 @@ impl Metrics {
             encode_eof(&mut text).map_err(MetricsError::Encode)?;
             return Ok(text);
         };
-        let view = shared.lock_node().clone();
-        let holders = match (&view, &shared.pods) {
-            (Some(view), Some(pods)) => pods.holders(view.device_ids()).await,
-            _ => Holders::default(),
-        };
-        tokio::task::spawn_blocking(move || shared.encode(view.as_deref(), holders))
-            .await
-            .map_err(MetricsError::Sampler)?
+        let source = shared.lock_node().clone();
+        match source {
+            Some(NodeSource::Dcgm(exporter)) => {
+                let containers = match &shared.pods {
+                    Some(pods) => pods.containers().await,
+                    None => Vec::new(),
+                };
+                tokio::task::spawn_blocking(move || {
+                    let mut text = String::with_capacity(32 * 1024);
+                    dcgm::render(&exporter, &containers, &mut text);
+                    shared.append_own_classic(&mut text)?;
+                    Ok(text)
+                })
+                .await
+                .map_err(MetricsError::Sampler)?
+            }
+            Some(NodeSource::Ours(view)) => {
+                let holders = match &shared.pods {
+                    Some(pods) => pods.holders(view.device_ids()).await,
+                    None => Holders::default(),
+                };
+                tokio::task::spawn_blocking(move || shared.encode(Some(&view), holders))
+                    .await
+                    .map_err(MetricsError::Sampler)?
+            }
+            None if matches!(shared.names, Names::Dcgm(_)) => {
+                let mut text = String::new();
+                shared.append_own_classic(&mut text)?;
+                Ok(text)
+            }
+            None => shared.encode(None, Holders::default()),
+        }
     }
 }
 
 impl Shared {
-    fn lock_node(&self) -> MutexGuard<'_, Option<Arc<NodeView>>> {
+    fn lock_node(&self) -> MutexGuard<'_, Option<NodeSource>> {
         // The guarded value is replaced whole, so a poisoned lock still holds a valid one.
         self.node.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The plugin's own families, in the 0.0.4 format, after the GPU families.
+    fn append_own_classic(&self, text: &mut String) -> Result<(), MetricsError> {
+        let mut openmetrics = String::with_capacity(4 * 1024);
+        encode_registry(&mut openmetrics, &self.registry).map_err(MetricsError::Encode)?;
+        classic::append_as_classic(&openmetrics, text);
+        Ok(())
     }
 
     /// Samples the GPUs (draining their XID events into the counter first) and encodes
@@ -361,7 +459,7 @@ mod tests {
         off.allocated("nvidia.com/gpu", 1, true, Duration::from_micros(40));
         assert_eq!(off.render().await.unwrap(), "# EOF\n");
 
-        let on = Metrics::enabled(None);
+        let on = Metrics::enabled(None, Names::Nvshim);
         on.allocated("nvidia.com/gpu", 2, true, Duration::from_micros(40));
         on.allocated("nvidia.com/gpu", 1, false, Duration::from_micros(90));
         on.registered("nvidia.com/gpu", true);
@@ -379,7 +477,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn health_flips_are_counted_off_the_board() {
-        let metrics = Metrics::enabled(None);
+        let metrics = Metrics::enabled(None, Names::Nvshim);
         let board = Arc::new(HealthBoard::new([unit(0), unit(1)]));
         metrics.watch_health(&board);
         let sick = UnitHealth::Unhealthy {

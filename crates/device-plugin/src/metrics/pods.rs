@@ -141,8 +141,26 @@ impl PodResources {
 
     /// Who holds which GPU now; empty when kubelet's socket is absent or the call fails.
     pub(super) async fn holders(&self, ids: &DeviceIds) -> Holders {
+        match self.answer().await {
+            Some(response) => holders(&response, ids),
+            None => Holders::default(),
+        }
+    }
+
+    /// What each container holds now, one entry per (container, resource); empty when
+    /// kubelet's socket is absent or the call fails.
+    pub(super) async fn containers(&self) -> Vec<nvshim::exporter::ContainerDevices> {
+        match self.answer().await {
+            Some(response) => super::dcgm::containers(&response),
+            None => Vec::new(),
+        }
+    }
+
+    /// Kubelet's answer, bounded by [`LIST_TIMEOUT`]; `None` when the socket is absent or
+    /// the call fails (logged once until a call works again).
+    async fn answer(&self) -> Option<api::ListPodResourcesResponse> {
         if !self.socket.exists() {
-            return Holders::default();
+            return None;
         }
         let listed = match tokio::time::timeout(LIST_TIMEOUT, list(&self.socket)).await {
             Ok(listed) => listed,
@@ -156,13 +174,13 @@ impl PodResources {
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::debug!(socket = %self.socket.display(), "kubelet's pod-resources API answers again");
                 }
-                holders(&response, ids)
+                Some(response)
             }
             Err(error) => {
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::debug!(%error, "GPU metrics go without pod labels until kubelet answers");
                 }
-                Holders::default()
+                None
             }
         }
     }

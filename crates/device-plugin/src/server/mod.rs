@@ -163,6 +163,8 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
+    #[error(transparent)]
+    MetricsSettings(#[from] crate::metrics::MetricsError),
 }
 
 /// How often the loop re-checks the sockets even without an inotify event: a safety
@@ -177,7 +179,7 @@ where
     R: FnMut() -> Result<Node, E>,
     E: Display,
 {
-    let metrics = Metrics::for_settings(&node.settings);
+    let metrics = Metrics::for_settings(&node.settings)?;
     run_with_metrics(node, rebuild, metrics)
 }
 
@@ -241,7 +243,7 @@ where
     R: FnMut() -> Result<Node, E>,
     E: Display,
 {
-    let metrics = Metrics::for_settings(&node.settings);
+    let metrics = Metrics::for_settings(&node.settings)?;
     serve_with_metrics(node, rebuild, commands, metrics).await
 }
 

@@ -36,5 +36,6 @@ mod health;
 mod http2;
 mod kubelet;
 mod metrics;
+mod metrics_dcgm;
 mod mps;
 mod soak;

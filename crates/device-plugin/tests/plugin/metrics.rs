@@ -3,7 +3,8 @@
 //! mock NVML, against the fake kubelet (`crate::common::kubelet`) and, for pod labels, a fake
 //! kubelet pod-resources server in the test.
 //!
-//! Each test starts the plugin with `--metrics-addr 127.0.0.1:0` and reads the bound
+//! Each test starts the plugin with `--metrics-addr 127.0.0.1:0 --metrics-names=nvshim`
+//! (our names; `metrics_dcgm` tests the default, dcgm-exporter's) and reads the bound
 //! address from its log, scrapes over plain HTTP/1.1, and parses the answer with the
 //! `prometheus-parse` text-format parser. The mock re-reads its readings when its config
 //! file changes, so rewriting the config changes what the next scrape reports. Waits
@@ -57,26 +58,26 @@ const GPU_GAUGES: [&str; 8] = [
 /// no such series).
 type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], Option<f64>);
 
-fn plugin_bin() -> &'static Path {
+pub(crate) fn plugin_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_nvidia-device-plugin"))
 }
 
 /// A plugin process with its socket directory, fake kubelet and metrics address. Fields
 /// drop in order: the process is killed before its directory goes.
-struct Running {
-    plugin: PluginProc,
+pub(crate) struct Running {
+    pub(crate) plugin: PluginProc,
     kubelet: FakeKubelet,
     metrics: Option<SocketAddr>,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Running {
     /// Where the test's pod-resources server (if any) listens; the plugin is told so.
-    fn pod_resources(dir: &Path) -> PathBuf {
+    pub(crate) fn pod_resources(dir: &Path) -> PathBuf {
         dir.join("pod-resources.sock")
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.metrics.expect("metrics are on")
     }
 
@@ -114,8 +115,20 @@ impl Running {
 }
 
 /// Starts a fake kubelet and the plugin with `args` after the node's flags; with
-/// `metrics`, also `--metrics-addr 127.0.0.1:0`, and waits for the address it bound.
+/// `metrics`, also `--metrics-addr 127.0.0.1:0 --metrics-names=nvshim`, and waits for
+/// the address it bound.
 async fn launch(sim: &SimNode, args: &[&str], metrics: bool) -> Running {
+    let ours = ["--metrics-names=nvshim"];
+    let args: Vec<&str> = if metrics {
+        ours.iter().chain(args).copied().collect()
+    } else {
+        args.to_vec()
+    };
+    launch_with_names(sim, &args, metrics).await
+}
+
+/// [`launch`] without choosing the metric names.
+pub(crate) async fn launch_with_names(sim: &SimNode, args: &[&str], metrics: bool) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("plugins");
     fs::create_dir(&sockets).unwrap();
@@ -169,7 +182,7 @@ fn bound_addr(log: &str) -> SocketAddr {
 }
 
 /// `GET path` over a fresh connection: status, head and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -185,12 +198,12 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     (status, head.to_string(), body.to_string())
 }
 
-fn parse(body: &str) -> Scrape {
+pub(crate) fn parse(body: &str) -> Scrape {
     let lines = body.lines().map(|line| Ok(line.to_owned()));
     Scrape::parse(lines).unwrap_or_else(|e| panic!("not Prometheus text: {e}\n{body}"))
 }
 
-fn dump(scrape: &Scrape) -> String {
+pub(crate) fn dump(scrape: &Scrape) -> String {
     scrape
         .samples
         .iter()
@@ -199,7 +212,7 @@ fn dump(scrape: &Scrape) -> String {
         .join("\n")
 }
 
-fn number(sample: &Sample) -> Option<f64> {
+pub(crate) fn number(sample: &Sample) -> Option<f64> {
     match sample.value {
         Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(v),
         Value::Histogram(_) | Value::Summary(_) => None,
@@ -237,7 +250,7 @@ fn check(scrape: &Scrape, cases: &[Case]) {
 }
 
 /// The node's mock config, to change readings and write back.
-fn mock_config(sim: &SimNode) -> MockConfig {
+pub(crate) fn mock_config(sim: &SimNode) -> MockConfig {
     MockConfig::new(&sim.spec, &sim.dev_root, &sim.dir.join("xid-events"))
 }
 
@@ -432,7 +445,7 @@ async fn allocations_and_their_latency_are_counted() {
 
 /// A fake kubelet pod-resources server answering `List` with what the test sets.
 #[derive(Clone, Default)]
-struct Lister(Arc<Mutex<ListPodResourcesResponse>>);
+pub(crate) struct Lister(pub(crate) Arc<Mutex<ListPodResourcesResponse>>);
 
 #[tonic::async_trait]
 impl PodResourcesLister for Lister {
@@ -444,7 +457,13 @@ impl PodResourcesLister for Lister {
     }
 }
 
-fn pod(name: &str, namespace: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+pub(crate) fn pod(
+    name: &str,
+    namespace: &str,
+    container: &str,
+    resource: &str,
+    ids: &[&str],
+) -> PodResources {
     PodResources {
         name: name.into(),
         namespace: namespace.into(),
