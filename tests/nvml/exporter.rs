@@ -21,7 +21,7 @@ use nvshim_testkit::{
 };
 
 type Error = Box<dyn std::error::Error>;
-type TestResult = Result<(), Error>;
+pub(crate) type TestResult = Result<(), Error>;
 
 const CHILD_ENV: &str = "NVSHIM_NVML_EXPORTER_TEST";
 const NVML_ENV: &str = "NVSHIM_NVML_EXPORTER_NVML";
@@ -105,7 +105,17 @@ fn configure(mut config: MockConfig) -> Result<MockConfig, Error> {
 }
 
 fn in_child(test: &str, checks: impl FnOnce(Arc<Nvml>) -> TestResult) -> TestResult {
-    let test = crate::test_path(module_path!(), test);
+    in_child_of(module_path!(), test, checks)
+}
+
+/// Runs `checks` in a child process of this binary on this module's simulated node; `test`
+/// is the calling test, a function of `module` (its `module_path!()`).
+pub(crate) fn in_child_of(
+    module: &str,
+    test: &str,
+    checks: impl FnOnce(Arc<Nvml>) -> TestResult,
+) -> TestResult {
+    let test = crate::test_path(module, test);
     let test = test.as_str();
     if std::env::var(CHILD_ENV).as_deref() == Ok(test) {
         let nvml = Nvml::load(Path::new(&std::env::var(NVML_ENV)?))?;
@@ -168,7 +178,10 @@ fn base_labels(
     Ok(labels)
 }
 
-fn render(exporter: &Exporter, holders: &Holders) -> Result<BTreeMap<String, Family>, Error> {
+pub(crate) fn render(
+    exporter: &Exporter,
+    holders: &Holders,
+) -> Result<BTreeMap<String, Family>, Error> {
     let mut text = String::new();
     exporter.render(holders, &mut text);
     parse_exposition(&text).map_err(|e| format!("{e}\n--- output\n{text}").into())

@@ -5,10 +5,12 @@
 //! `exposition` reads back). The mock reads its config from the environment at `nvmlInit`,
 //! so each test re-runs this binary, filtered to itself, as a child with its node's env ([`test_path`] names a test the way the harness lists it).
 
+mod dashboard;
 mod exporter;
 mod exposition;
 mod mock;
 mod nvlink;
+mod promql;
 
 /// `name`, a test function in the module `module` (its `module_path!()`), as the test
 /// harness names it: the module path without this crate's name, then the function.
