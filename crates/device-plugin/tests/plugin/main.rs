@@ -16,6 +16,7 @@
 //! kubelet       a real kubelet and containerd
 //! metrics       /metrics on a simulated node
 //! mps           MPS sharing with the real binary
+//! pod_resources_client  the core's blocking pod-resources client against tonic
 //! soak          load and soak (ignored by default)
 //! deployments   the shipped manifests against what the plugin reads
 //! ```
@@ -37,4 +38,5 @@ mod http2;
 mod kubelet;
 mod metrics;
 mod mps;
+mod pod_resources_client;
 mod soak;

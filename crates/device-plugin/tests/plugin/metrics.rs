@@ -39,7 +39,7 @@ use tonic::{Request, Response, Status};
 /// A limit for what has no required bound (start-up, an XID reaching the counter).
 const GENEROUS: Duration = Duration::from_secs(20);
 const GPU_SOCKET: &str = "nvidia-gpu.sock";
-const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const GPU_RESOURCE: &str = "nvidia.com/gpu";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The per-GPU gauges (after `nvshim_`), each of which every GPU of a plain node reports.
 const GPU_GAUGES: [&str; 8] = [
@@ -432,7 +432,7 @@ async fn allocations_and_their_latency_are_counted() {
 
 /// A fake kubelet pod-resources server answering `List` with what the test sets.
 #[derive(Clone, Default)]
-struct Lister(Arc<Mutex<ListPodResourcesResponse>>);
+pub(crate) struct Lister(pub(crate) Arc<Mutex<ListPodResourcesResponse>>);
 
 #[tonic::async_trait]
 impl PodResourcesLister for Lister {
@@ -444,7 +444,13 @@ impl PodResourcesLister for Lister {
     }
 }
 
-fn pod(name: &str, namespace: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+pub(crate) fn pod(
+    name: &str,
+    namespace: &str,
+    container: &str,
+    resource: &str,
+    ids: &[&str],
+) -> PodResources {
     PodResources {
         name: name.into(),
         namespace: namespace.into(),
