@@ -14,6 +14,7 @@
 //! health        the XID event loop against the mock NVML
 //! http2         the :authority fix against h2's decoder
 //! kubelet       a real kubelet and containerd
+//! manifests     deployments/*.yml through kubernetes-validate and kustomize; the exporter's
 //! metrics       /metrics on a simulated node
 //! mps           MPS sharing with the real binary
 //! pod_resources_client  the core's blocking pod-resources client against tonic
@@ -36,6 +37,7 @@ mod grpc;
 mod health;
 mod http2;
 mod kubelet;
+mod manifests;
 mod metrics;
 mod mps;
 mod pod_resources_client;
