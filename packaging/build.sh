@@ -66,6 +66,9 @@ epoch=1
 debs=(${NVSHIM_DEBS:-${packages[*]}})
 udev_rule=deployments/udev/71-nvidia-dev-char.rules
 systemd_unit=deployments/systemd/nvidia-dev-char-symlinks.service
+# The exporter's unit (`nvshim exporter`), beside /usr/bin/nvshim in the base package;
+# shipped disabled, always required.
+exporter_unit=deployments/systemd/nvshim-exporter.service
 
 need() {
   command -v "$1" >/dev/null 2>&1 || die "$1 not found (install the $2 package)"
@@ -135,6 +138,7 @@ for f in "$udev_rule" "$systemd_unit"; do
     die "$f is missing (set NVSHIM_ALLOW_MISSING_UNITS=1 to build without it)"
   fi
 done
+[ -f "$root/$exporter_unit" ] || die "$exporter_unit is missing"
 need readelf binutils
 need gpg gnupg
 # Each binary is of the packages' architecture (e_machine: 2 bytes at offset 18, little-endian).
@@ -205,6 +209,7 @@ for f in "${units[@]}"; do
   esac
   install -D -m 0644 "$root/$f" "$(stage_dir $b)/$dest/$(basename "$f")"
 done
+install -D -m 0644 "$root/$exporter_unit" "$(stage_dir $b)/usr/lib/systemd/system/$(basename "$exporter_unit")"
 
 t=nvidia-container-toolkit
 new_stage $t

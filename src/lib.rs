@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! bump, files, logging, roots   leaves: the static binaries' allocator, small-file reads
-//!                               and atomic replacement, tracing set-up, host roots
+//! kubelet, metrics_server       and atomic replacement, tracing set-up, host roots; a
+//!                               blocking pod-resources client; a small /metrics HTTP server
 //! bundle, cdi, ldcache, nvml    config.json as JSON and the OCI state; CDI wire types;
 //!                               the ld.so.cache format; NVML
 //! request                       ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
@@ -43,7 +44,9 @@
 
 pub mod bump;
 pub mod files;
+pub mod kubelet;
 pub mod logging;
+pub mod metrics_server;
 pub mod roots;
 
 pub mod bundle;

@@ -26,6 +26,9 @@ use serde_json::{Map, Value};
 /// A check: panics if the parser fails it on these bytes.
 pub type Check = fn(&[u8]);
 
+// The exporter's checks live in `serve_checks.rs` (this file is near its size limit).
+pub use super::serve_checks::{http_request_head, pod_resources_response};
+
 /// Every target: its name (the fuzz target's, and the directory of its corpus and
 /// regressions) and its check.
 pub const TARGETS: &[(&str, Check)] = &[
@@ -40,6 +43,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("cdi_spec_json", cdi_spec_json),
     ("cdi_spec_yaml", cdi_spec_yaml),
     ("hook_link", hook_link),
+    ("pod_resources_response", pod_resources_response),
+    ("http_request_head", http_request_head),
 ];
 
 /// The device plugin's targets (`plugin_checks.rs`): the plugin crate's tests replay

@@ -4,3 +4,4 @@
 
 pub mod checks;
 pub mod plugin_checks;
+pub mod serve_checks;

@@ -21,6 +21,7 @@ mod ctk_wsl;
 mod docs_env;
 mod docs_flags;
 mod doctor;
+mod exporter_unit;
 mod info_list;
 mod labels;
 mod nvidia_names;

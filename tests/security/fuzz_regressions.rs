@@ -12,6 +12,9 @@ use std::path::Path;
 mod checks;
 #[path = "../../fuzz/src/replay.rs"]
 mod replay;
+// `checks::TARGETS` names the exporter's checks as `super::serve_checks`.
+#[path = "../../fuzz/src/serve_checks.rs"]
+mod serve_checks;
 
 use replay::inputs;
 

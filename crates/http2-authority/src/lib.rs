@@ -20,11 +20,18 @@
 //! hpack     integers, string literals, the static and dynamic tables
 //! huffman   RFC 7541's Huffman code, decoding
 //! ```
+//!
+//! `block` and `inbound` are behind the default feature `authority` (they use `http`);
+//! `hpack` and `huffman` build without it, for HTTP/2 clients that only decode headers.
 
+#[cfg(feature = "authority")]
 pub mod block;
 pub mod hpack;
 pub mod huffman;
+#[cfg(feature = "authority")]
 pub mod inbound;
 
+#[cfg(feature = "authority")]
 pub use block::{BlockRewriter, acceptable, substitute};
+#[cfg(feature = "authority")]
 pub use inbound::{Http2Error, Inbound, MAX_BLOCK_BYTES, PREFACE};

@@ -111,6 +111,12 @@ fn apt_refuses_bad_signatures_then_installs_removes_upgrades_and_purges() {
     let unit = Path::new(REPO).join(SYSTEMD_UNIT).exists();
     let wants = "/etc/systemd/system/multi-user.target.wants/nvidia-dev-char-symlinks.service";
     assert_eq!(ch.has(wants), unit, "{wants} after install");
+    // The exporter's unit is installed (the loop above) but left disabled.
+    let exporter = "/etc/systemd/system/multi-user.target.wants/nvshim-exporter.service";
+    assert!(
+        !ch.has(exporter),
+        "{exporter} after install: the exporter is opt-in"
+    );
     let shipped = fs::read_to_string(Path::new(REPO).join("packaging/config.toml")).unwrap();
     assert_eq!(ch.read(CONFIG), shipped, "the installed config.toml");
     let printed = ch.exec(&["/usr/bin/nvshim", "--version"]);

@@ -47,6 +47,7 @@ const CONFIG: &str = "/etc/nvidia-container-runtime/config.toml";
 const HOOKS_D: &str = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json";
 const UDEV_RULE: &str = "deployments/udev/71-nvidia-dev-char.rules";
 const SYSTEMD_UNIT: &str = "deployments/systemd/nvidia-dev-char-symlinks.service";
+const EXPORTER_UNIT: &str = "/usr/lib/systemd/system/nvshim-exporter.service";
 
 /// What a package installs at a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -82,6 +83,8 @@ fn package_set() -> Vec<Package> {
         ("/usr/bin/nvidia-cdi-hook", Link("nvidia-ctk")),
         ("/usr/bin/nvshim", Link("nvidia-ctk")),
         (CONFIG, File(0o644)),
+        // The exporter's unit, shipped disabled (build.sh always requires it).
+        (EXPORTER_UNIT, File(0o644)),
     ];
     if Path::new(REPO).join(UDEV_RULE).exists() {
         base.push((

@@ -13,7 +13,8 @@
 //! plugin's debug log) and sees the GPUs it was allocated (`cdi-cri`: none, since
 //! kubelet 1.20 does not know the CRI `cdi_devices` field); a pod asking for more GPUs than
 //! are free is refused at admission without an `Allocate`; a killed and restarted kubelet
-//! gets the plugin registered again and a new pod gets its GPUs.
+//! gets the plugin registered again and a new pod gets its GPUs. While a pod holds GPUs,
+//! kubelet's pod-resources `List` through the core's blocking client names them.
 //!
 //! One containerd and one node serve every case; strategies change by restarting only
 //! the plugin. All cases run and every failure is reported at the end, by case.
@@ -265,6 +266,7 @@ fn admission(fx: &Fixture, tag: &str) {
         fx.logs(&plugin)
     );
     assert_gpus(&held, 2, &plugin, &case);
+    pod_resources_name(fx, &hold, &case);
 
     let allocations = plugin.log().matches(SEQUENCE[3]).count();
     let greedy = format!("{tag}-greedy");
@@ -288,6 +290,23 @@ fn admission(fx: &Fixture, tag: &str) {
         allocations,
         "case {case}: the plugin got an Allocate for the refused pod:\n{}",
         tail(&plugin.log(), 20)
+    );
+}
+
+/// kubelet's own pod-resources server (grpc-go) read through the core's blocking client
+/// (`nvshim exporter`'s pod labels): the pod `hold` (a static pod, so kubelet names it
+/// `<hold>-<node>`) has two GPUs in its container `gpu`.
+fn pod_resources_name(fx: &Fixture, hold: &str, case: &str) {
+    let socket = fx.kube.kubelet_root().join("pod-resources/kubelet.sock");
+    let listed = nvshim::kubelet::pod_resources::list(&socket, WITHIN)
+        .unwrap_or_else(|e| panic!("case {case}: {e}"));
+    let held: Vec<_> = listed
+        .iter()
+        .filter(|d| d.pod.starts_with(hold) && d.resource == RESOURCE)
+        .collect();
+    assert!(
+        held.len() == 1 && held[0].container == "gpu" && held[0].device_ids.len() == 2,
+        "case {case}: pod-resources List for {hold}: {listed:?}"
     );
 }
 

@@ -14,8 +14,10 @@
 //! health        the XID event loop against the mock NVML
 //! http2         the :authority fix against h2's decoder
 //! kubelet       a real kubelet and containerd
+//! manifests     deployments/*.yml through kubernetes-validate and kustomize; the exporter's
 //! metrics       /metrics on a simulated node
 //! mps           MPS sharing with the real binary
+//! pod_resources_client  the core's blocking pod-resources client against tonic
 //! soak          load and soak (ignored by default)
 //! deployments   the shipped manifests against what the plugin reads
 //! ```
@@ -35,7 +37,9 @@ mod grpc;
 mod health;
 mod http2;
 mod kubelet;
+mod manifests;
 mod metrics;
 mod metrics_dcgm;
 mod mps;
+mod pod_resources_client;
 mod soak;

@@ -40,7 +40,7 @@ use tonic::{Request, Response, Status};
 /// A limit for what has no required bound (start-up, an XID reaching the counter).
 const GENEROUS: Duration = Duration::from_secs(20);
 const GPU_SOCKET: &str = "nvidia-gpu.sock";
-const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const GPU_RESOURCE: &str = "nvidia.com/gpu";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The per-GPU gauges (after `nvshim_`), each of which every GPU of a plain node reports.
 const GPU_GAUGES: [&str; 8] = [

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+//! Every manifest in `deployments/` through tools we did not write: `kubernetes-validate
+//! --strict` (Kubernetes' OpenAPI schemas, offline; unknown fields are errors) and
+//! `kubectl kustomize` (all of them as one kustomization). Then the exporter's DaemonSet
+//! (`nvshim-exporter.yml`) against dcgm-exporter's manifest shape and our plugin's.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn deployments() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deployments")
+}
+
+/// The manifests: every `*.yml` directly in `deployments/`.
+fn manifest_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(deployments())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn documents(name: &str) -> Vec<Value> {
+    let text = fs::read_to_string(deployments().join(name)).unwrap();
+    serde_saphyr::from_multiple(&text).unwrap()
+}
+
+fn run(command: &mut Command, what: &str) -> (bool, String) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what} (.ci/run installs it): {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn every_manifest_passes_kubernetes_validate_and_kustomize() {
+    let files = manifest_files();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in &files {
+        let (ok, text) = run(
+            Command::new("kubernetes-validate")
+                .args(["--strict", "--no-warn"])
+                .arg(file),
+            "kubernetes-validate",
+        );
+        assert!(
+            ok && !text.contains("ERROR"),
+            "case {}:\n{text}",
+            file.display()
+        );
+    }
+    // The check fails on a manifest that is wrong.
+    let dir = tempfile::tempdir().unwrap();
+    let exporter = fs::read_to_string(deployments().join("nvshim-exporter.yml")).unwrap();
+    let broken = dir.path().join("broken.yml");
+    fs::write(
+        &broken,
+        exporter.replace("containerPort: 9400", "containerPort: metrics"),
+    )
+    .unwrap();
+    let (ok, text) = run(
+        Command::new("kubernetes-validate")
+            .args(["--strict", "--no-warn"])
+            .arg(&broken),
+        "kubernetes-validate",
+    );
+    assert!(
+        !ok || text.contains("ERROR"),
+        "a string containerPort passed:\n{text}"
+    );
+
+    // All of them as one kustomization (kustomize wants them inside its directory).
+    let mut resources = String::from("resources:\n");
+    for file in &files {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        fs::copy(file, dir.path().join(name)).unwrap();
+        resources.push_str(&format!("  - {name}\n"));
+    }
+    fs::write(dir.path().join("kustomization.yaml"), resources).unwrap();
+    let (ok, text) = run(
+        Command::new("kubectl").arg("kustomize").arg(dir.path()),
+        "kubectl",
+    );
+    assert!(ok, "kubectl kustomize:\n{text}");
+    assert!(text.contains("name: nvshim-exporter"), "{text}");
+}
+
+#[test]
+fn the_exporter_daemonset_has_dcgm_exporters_shape() {
+    let docs = documents("nvshim-exporter.yml");
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service")
+        .expect("a Service");
+    let plugin = &documents("nvidia-device-plugin.yml")[0];
+    let pod = &ds["spec"]["template"]["spec"];
+    let plugin_pod = &plugin["spec"]["template"]["spec"];
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(ds["spec"]["selector"]["matchLabels"], *labels);
+    // Where our plugin runs: its namespace, toleration, priority and image.
+    assert_eq!(ds["metadata"]["namespace"], plugin["metadata"]["namespace"]);
+    assert_eq!(pod["tolerations"], plugin_pod["tolerations"]);
+    assert_eq!(pod["priorityClassName"], plugin_pod["priorityClassName"]);
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], plugin_pod["containers"][0]["image"]);
+    assert_eq!(container["command"], json!(["/usr/bin/nvshim"]));
+    assert_eq!(container["args"][0], "exporter");
+
+    // dcgm-exporter's environment names and port.
+    let env: Vec<(&str, &str)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .collect();
+    for expected in [
+        ("DCGM_EXPORTER_LISTEN", ":9400"),
+        ("DCGM_EXPORTER_KUBERNETES", "true"),
+        ("DCGM_EXPORTER_INTERVAL", "30000"),
+    ] {
+        assert!(env.contains(&expected), "case {expected:?}: {env:?}");
+    }
+    assert_eq!(
+        container["ports"],
+        json!([{"name": "metrics", "containerPort": 9400}])
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(
+            (&get["path"], &get["port"]),
+            (&json!("/health"), &json!("metrics")),
+            "case {probe}"
+        );
+    }
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+
+    // kubelet's pod-resources socket, read-only, where the exporter looks by default.
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/var/lib/kubelet/pod-resources")
+        .expect("the pod-resources mount");
+    assert_eq!(mount["readOnly"], true);
+    assert!(
+        nvshim::kubelet::pod_resources::DEFAULT_SOCKET
+            .starts_with("/var/lib/kubelet/pod-resources/")
+    );
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the pod-resources volume");
+    assert_eq!(volume["hostPath"]["path"], "/var/lib/kubelet/pod-resources");
+
+    // The Service: port 9400 named metrics, selecting the exporter's pods.
+    assert_eq!(service["spec"]["selector"], *labels);
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9400, "targetPort": "metrics"}])
+    );
+    // And a ServiceMonitor scrapes it.
+    let monitors = documents("servicemonitor.yml");
+    let monitor = monitors
+        .iter()
+        .find(|d| {
+            d["kind"] == "ServiceMonitor"
+                && d["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"]
+        })
+        .expect("a ServiceMonitor selecting the exporter's Service");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+
+    // The image has the binary the DaemonSet runs.
+    let dockerfile = fs::read_to_string(deployments().join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l.starts_with("COPY ") && l.ends_with(" /usr/bin/nvshim")),
+        "deployments/Dockerfile does not install /usr/bin/nvshim"
+    );
+}
