@@ -25,6 +25,8 @@ type TestResult = Result<(), Error>;
 
 const CHILD_ENV: &str = "NVSHIM_NVML_EXPORTER_TEST";
 const NVML_ENV: &str = "NVSHIM_NVML_EXPORTER_NVML";
+/// Set in a child to its node's mock config file.
+const CONFIG_ENV: &str = "NVSHIM_NVML_EXPORTER_CONFIG";
 const HOST: &str = "node-a";
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
@@ -111,6 +113,11 @@ fn in_child(test: &str, checks: impl FnOnce(Arc<Nvml>) -> TestResult) -> TestRes
         let nvml = Nvml::load(Path::new(&std::env::var(NVML_ENV)?))?;
         return checks(Arc::new(nvml));
     }
+    run_child(test)
+}
+
+/// The parent's half of [`in_child`]: builds the node and runs the child on it.
+fn run_child(test: &str) -> TestResult {
     let dir = tempfile::tempdir()?;
     let sim = SimNode::build(
         &NodeSpec::with_mig(3),
@@ -127,6 +134,7 @@ fn in_child(test: &str, checks: impl FnOnce(Arc<Nvml>) -> TestResult) -> TestRes
         .envs(sim.env())
         .env(CHILD_ENV, test)
         .env(NVML_ENV, library)
+        .env(CONFIG_ENV, &sim.mock_config)
         .env_remove("MOCK_NVML_DEV_ROOT")
         .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -574,6 +582,40 @@ fn a_collectors_subset_is_all_that_is_exported() -> TestResult {
             used.samples.iter().any(|s| s.labels == labels),
             "{:?}",
             used.samples
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn each_scrape_reads_the_gpus_again() -> TestResult {
+    in_child("each_scrape_reads_the_gpus_again", |nvml| {
+        let csv = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, e\n";
+        let exporter = Exporter::new(
+            Arc::clone(&nvml),
+            Counters::parse(csv, "e.csv")?,
+            HOST.into(),
+        )?;
+        let labels = base_labels(&nvml, 1, None, false)?;
+        let energy = |families: &BTreeMap<String, Family>| {
+            families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+                .samples
+                .iter()
+                .find(|s| s.labels == labels)
+                .map(|s| s.value)
+        };
+        assert_eq!(
+            energy(&render(&exporter, &Holders::default())?),
+            Some(123_456_789.0)
+        );
+        // The mock re-reads its readings when the config file changes.
+        let path = std::env::var(CONFIG_ENV)?;
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        config["gpus"][1]["telemetry"]["total_energy_millijoules"] = 9_876_543_210_u64.into();
+        std::fs::write(&path, serde_json::to_string(&config)?)?;
+        assert_eq!(
+            energy(&render(&exporter, &Holders::default())?),
+            Some(9_876_543_210.0)
         );
         Ok(())
     })
