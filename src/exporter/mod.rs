@@ -142,10 +142,12 @@ impl Exporter {
             gpm_gpus,
             gpm_instances,
         };
-        let wanted = catalogue::CATALOGUE
-            .iter()
-            .map(|info| counters.contains(info.field))
-            .collect();
+        let mut wanted = vec![false; catalogue::CATALOGUE.len()];
+        for counter in &counters.counters {
+            if let Some(slot) = wanted.get_mut(counter.field as usize) {
+                *slot = true;
+            }
+        }
         Ok(Exporter {
             nvml,
             wanted,
