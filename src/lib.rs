@@ -14,6 +14,7 @@
 //!                               blocking pod-resources client; a small /metrics HTTP server
 //! bundle, cdi, ldcache, nvml    config.json as JSON and the OCI state; CDI wire types;
 //!                               the ld.so.cache format; NVML
+//! exporter                      NVML readings → dcgm-exporter's metrics (Prometheus text)
 //! request                       ContainerInputs → Request: devices, capabilities, NVIDIA_REQUIRE_*
 //! config, k8s_config            config.toml with NVIDIA's keys; the config file NVIDIA's
 //!                               device plugin and GFD share
@@ -53,6 +54,7 @@ pub mod bundle;
 pub mod cdi;
 pub mod ldcache;
 pub mod nvml;
+
 // The dcgm-exporter-compatible metrics core (NVML readings to Prometheus text).
 pub mod exporter;
 

@@ -33,7 +33,8 @@ impl MetricKind {
     }
 }
 
-/// A DCGM field the exporter serves.
+/// A DCGM field the exporter serves. Variants are in [`CATALOGUE`] order, so `field as
+/// usize` is the field's place there (a test holds the two to it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Field {
     SmClock,
@@ -149,12 +150,15 @@ pub fn lookup(name: &str) -> Option<&'static FieldInfo> {
 
 /// The catalogue entry of `field`.
 pub fn info(field: Field) -> &'static FieldInfo {
-    // Every `Field` variant has one entry (checked by a test); the first entry stands in
-    // so this never panics.
-    CATALOGUE
-        .iter()
-        .find(|info| info.field == field)
-        .unwrap_or(&CATALOGUE[0])
+    // Entry `field as usize` is `field`'s (a test checks every entry); the search only
+    // keeps this total should the two ever drift apart.
+    match CATALOGUE.get(field as usize) {
+        Some(info) if info.field == field => info,
+        _ => CATALOGUE
+            .iter()
+            .find(|info| info.field == field)
+            .unwrap_or(&CATALOGUE[0]),
+    }
 }
 
 #[cfg(test)]
@@ -164,7 +168,12 @@ mod tests {
     #[test]
     fn every_name_is_unique_and_found() {
         let mut seen = std::collections::HashSet::new();
-        for entry in CATALOGUE {
+        for (at, entry) in CATALOGUE.iter().enumerate() {
+            assert_eq!(
+                entry.field as usize, at,
+                "{:?} is out of place",
+                entry.field
+            );
             assert_eq!(info(entry.field).field, entry.field, "{:?}", entry.field);
             for name in entry.names {
                 assert!(seen.insert(*name), "{name} listed twice");

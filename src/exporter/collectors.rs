@@ -278,6 +278,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_file_that_cannot_be_read_is_named() {
+        let path = Path::new("/nonexistent/nvshim/collectors.csv");
+        let message = Counters::load(path).unwrap_err().to_string();
+        assert!(
+            message.contains("/nonexistent/nvshim/collectors.csv"),
+            "{message}"
+        );
+    }
+
     fn counter_strategy() -> impl Strategy<Value = Counter> {
         (
             0..catalogue::CATALOGUE.len(),

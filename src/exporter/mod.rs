@@ -75,6 +75,8 @@ struct ScrapeState {
 pub struct Exporter {
     nvml: Arc<Nvml>,
     counters: Counters,
+    /// Per field (by catalogue position): whether it is in `counters`.
+    wanted: Vec<bool>,
     hostname: String,
     driver_version: String,
     gpus: Vec<Gpu>,
@@ -140,8 +142,15 @@ impl Exporter {
             gpm_gpus,
             gpm_instances,
         };
+        let mut wanted = vec![false; catalogue::CATALOGUE.len()];
+        for counter in &counters.counters {
+            if let Some(slot) = wanted.get_mut(counter.field as usize) {
+                *slot = true;
+            }
+        }
         Ok(Exporter {
             nvml,
+            wanted,
             counters,
             hostname,
             driver_version,
@@ -195,7 +204,7 @@ impl Exporter {
     /// take turns on the XID and GPM state.
     pub fn render(&self, holders: &Holders, out: &mut String) {
         let mut state = self.lock_state();
-        let wanted = |field| self.counters.contains(field);
+        let wanted = |field: Field| self.wanted.get(field as usize).copied().unwrap_or(false);
         let devices: Vec<Option<Device<'_>>> = self
             .gpus
             .iter()

@@ -3,7 +3,8 @@
 //! (`tests/mock-nvml`): enumeration, MIG, errors, events, the call log, library lookup
 //! (`mock`), NVLink topology (`nvlink`) and the metrics exporter (`exporter`, whose output
 //! `exposition` reads back). The mock reads its config from the environment at `nvmlInit`,
-//! so each test re-runs this binary, filtered to itself, as a child with its node's env ([`test_path`] names a test the way the harness lists it).
+//! so each test re-runs this binary, filtered to itself, as a child with its node's env
+//! ([`test_path`] names a test the way the harness lists it).
 
 mod dashboard;
 mod exporter;

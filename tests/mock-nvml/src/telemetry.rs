@@ -249,3 +249,86 @@ impl GpmConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const GPU: &str = r#"{"name":"NVIDIA H100","uuid":"GPU-0","bus_id":"0:7:0.0","minor":0,"memory_total_bytes":1000,"memory_used_bytes":100,"compute_capability":[9,0],"mig_mode":true"#;
+
+    fn node(dir: &std::path::Path, gpu_tail: &str) -> Result<Node, Box<dyn std::error::Error>> {
+        std::fs::write(dir.join("nvidia0"), "")?;
+        let text = format!(
+            r#"{{"driver_version":"1","cuda_driver_version":12040,"gpus":[{GPU}{gpu_tail}}}]}}"#
+        );
+        let config: Config = serde_json::from_str(&text)?;
+        Ok(Node::new(config, dir)?)
+    }
+
+    #[test]
+    fn readings_come_from_telemetry_and_absent_ones_are_not_supported()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let gpu = Dev::Gpu(0);
+        let ns = Some(code::NOT_SUPPORTED);
+        let bare = node(dir.path(), "")?;
+        assert_eq!(bare.total_energy(gpu).err(), ns, "case no telemetry");
+        assert_eq!(bare.memory_v2(gpu).err(), ns, "case no telemetry v2");
+        assert_eq!(bare.gpm(gpu, None).err(), ns, "case no GPM");
+
+        let full = node(
+            dir.path(),
+            r#","telemetry":{"memory_reserved_bytes":50,"total_energy_millijoules":9,
+               "ecc":{"volatile_uncorrected":2},"gpm":{"graphics_util_percent":40.0}},
+               "mig_devices":[{"gpu_instance_id":3,"compute_instance_id":0,"uuid":"MIG-0",
+               "memory_total_bytes":400,"profile":"1g.10gb",
+               "telemetry":{"memory_used_bytes":30,"gpm":{"dram_bw_util_percent":5.0}}}]"#,
+        )?;
+        let metric = |instance, id| full.gpm(gpu, instance).and_then(|g| g.metric(id));
+        type Reading = Result<f64, Ret>;
+        let cases: [(&str, Reading, Reading); 8] = [
+            ("energy", full.total_energy(gpu).map(|v| v as f64), Ok(9.0)),
+            ("ECC", full.ecc_total(gpu, 1, 0).map(|v| v as f64), Ok(2.0)),
+            (
+                "bad ECC type",
+                full.ecc_total(gpu, 2, 0).map(|v| v as f64),
+                Err(code::INVALID_ARGUMENT),
+            ),
+            (
+                "absent reading",
+                full.pcie_replay(gpu).map(f64::from),
+                Err(code::NOT_SUPPORTED),
+            ),
+            ("GPU GPM", metric(None, GPM_GRAPHICS_UTIL), Ok(40.0)),
+            ("GI GPM", metric(Some(3), GPM_DRAM_BW_UTIL), Ok(5.0)),
+            (
+                "unknown metric",
+                metric(Some(3), 99),
+                Err(code::NOT_SUPPORTED),
+            ),
+            (
+                "no such GI",
+                metric(Some(4), GPM_DRAM_BW_UTIL),
+                Err(code::INVALID_ARGUMENT),
+            ),
+        ];
+        for (case, got, want) in cases {
+            assert_eq!(got, want, "case {case}");
+        }
+        assert_eq!(
+            full.memory_v2(gpu),
+            Ok((1000, 50, 850, 100)),
+            "case memory v2"
+        );
+        let mig = Dev::Mig(0, 0);
+        assert_eq!(full.memory(mig), (400, 370, 30), "case MIG memory");
+        assert_eq!(full.memory_v2(mig).err(), ns, "case MIG without reserved");
+        assert_eq!(
+            full.total_energy(mig).err(),
+            ns,
+            "case MIG device-wide reading"
+        );
+        Ok(())
+    }
+}

@@ -19,15 +19,20 @@ use nvshim_testkit::{
     Artifacts, MockConfig, MockEcc, MockGpm, MockMigTelemetry, MockRemappedRows, MockRetiredPages,
     MockTelemetry, MockXidEvent, NodeSpec, SimNode,
 };
+use wants::default_set_wants;
+
+mod wants;
 
 type Error = Box<dyn std::error::Error>;
 pub(crate) type TestResult = Result<(), Error>;
 
 const CHILD_ENV: &str = "NVSHIM_NVML_EXPORTER_TEST";
 const NVML_ENV: &str = "NVSHIM_NVML_EXPORTER_NVML";
+/// Set in a child to its node's mock config file.
+const CONFIG_ENV: &str = "NVSHIM_NVML_EXPORTER_CONFIG";
 const HOST: &str = "node-a";
-const MIB: u64 = 1024 * 1024;
-const GIB: u64 = 1024 * MIB;
+pub(crate) const MIB: u64 = 1024 * 1024;
+pub(crate) const GIB: u64 = 1024 * MIB;
 
 /// GPU 1's readings: every one the exporter serves.
 fn full_telemetry() -> MockTelemetry {
@@ -121,6 +126,11 @@ pub(crate) fn in_child_of(
         let nvml = Nvml::load(Path::new(&std::env::var(NVML_ENV)?))?;
         return checks(Arc::new(nvml));
     }
+    run_child(test)
+}
+
+/// The parent's half of [`in_child`]: builds the node and runs the child on it.
+fn run_child(test: &str) -> TestResult {
     let dir = tempfile::tempdir()?;
     let sim = SimNode::build(
         &NodeSpec::with_mig(3),
@@ -137,6 +147,7 @@ pub(crate) fn in_child_of(
         .envs(sim.env())
         .env(CHILD_ENV, test)
         .env(NVML_ENV, library)
+        .env(CONFIG_ENV, &sim.mock_config)
         .env_remove("MOCK_NVML_DEV_ROOT")
         .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -185,253 +196,6 @@ pub(crate) fn render(
     let mut text = String::new();
     exporter.render(holders, &mut text);
     parse_exposition(&text).map_err(|e| format!("{e}\n--- output\n{text}").into())
-}
-
-/// (metric, type, GPU index, GPU instance, value): every default counter with a value;
-/// `None` where that unit must have no series of it.
-type Want = (
-    &'static str,
-    &'static str,
-    u32,
-    Option<(&'static str, u32)>,
-    Option<f64>,
-);
-
-fn default_set_wants() -> Vec<Want> {
-    let fb_total_mib = (80 * GIB / MIB) as f64;
-    let mut wants: Vec<Want> = vec![
-        ("DCGM_FI_DEV_SM_CLOCK", "gauge", 1, None, Some(1410.0)),
-        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", 1, None, Some(1593.0)),
-        (
-            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-            "gauge",
-            1,
-            None,
-            Some(4.0),
-        ),
-        ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", 1, None, Some(41.0)),
-        ("DCGM_FI_DEV_GPU_TEMP", "gauge", 1, None, Some(35.0)),
-        ("DCGM_FI_DEV_POWER_USAGE", "gauge", 1, None, Some(123.456)),
-        (
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            "counter",
-            1,
-            None,
-            Some(123_456_789.0),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
-            "counter",
-            1,
-            None,
-            Some(1000.0),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
-            "counter",
-            1,
-            None,
-            Some(2000.0),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-            "counter",
-            1,
-            None,
-            Some(3.0),
-        ),
-        ("DCGM_FI_DEV_GPU_UTIL", "gauge", 1, None, Some(30.0)),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", 1, None, Some(20.0)),
-        ("DCGM_FI_DEV_ENC_UTIL", "gauge", 1, None, Some(7.0)),
-        ("DCGM_FI_DEV_DEC_UTIL", "gauge", 1, None, Some(9.0)),
-        ("DCGM_FI_DEV_XID_ERRORS", "gauge", 1, None, Some(79.0)),
-        (
-            "DCGM_FI_DEV_FB_FREE",
-            "gauge",
-            1,
-            None,
-            Some(fb_total_mib - 2048.0 - 512.0),
-        ),
-        ("DCGM_FI_DEV_FB_USED", "gauge", 1, None, Some(2048.0)),
-        ("DCGM_FI_DEV_FB_RESERVED", "gauge", 1, None, Some(512.0)),
-        (
-            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-            "counter",
-            1,
-            None,
-            Some(1.0),
-        ),
-        (
-            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-            "counter",
-            1,
-            None,
-            Some(2.0),
-        ),
-        (
-            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-            "counter",
-            1,
-            None,
-            Some(3.0),
-        ),
-        (
-            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-            "counter",
-            1,
-            None,
-            Some(4.0),
-        ),
-        ("DCGM_FI_DEV_RETIRED_SBE", "counter", 1, None, Some(5.0)),
-        ("DCGM_FI_DEV_RETIRED_DBE", "counter", 1, None, Some(6.0)),
-        ("DCGM_FI_DEV_RETIRED_PENDING", "counter", 1, None, Some(1.0)),
-        (
-            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-            "counter",
-            1,
-            None,
-            Some(8.0),
-        ),
-        (
-            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-            "counter",
-            1,
-            None,
-            Some(7.0),
-        ),
-        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", 1, None, Some(1.0)),
-        (
-            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-            "counter",
-            1,
-            None,
-            Some(4096.0),
-        ),
-        (
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-            "gauge",
-            1,
-            None,
-            Some(0.25),
-        ),
-        (
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            "gauge",
-            1,
-            None,
-            Some(0.125),
-        ),
-        ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", 1, None, Some(0.5)),
-    ];
-    // GPU 2: no telemetry and no power sensor, so only the basic readings; without GPM the
-    // PROF engine and DRAM fields come from utilization (0 %), the tensor one not at all.
-    wants.extend([
-        ("DCGM_FI_DEV_SM_CLOCK", "gauge", 2, None, Some(1410.0)),
-        ("DCGM_FI_DEV_GPU_TEMP", "gauge", 2, None, Some(35.0)),
-        ("DCGM_FI_DEV_POWER_USAGE", "gauge", 2, None, None),
-        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", 2, None, None),
-        ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", 2, None, None),
-        (
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            "counter",
-            2,
-            None,
-            None,
-        ),
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", 2, None, None),
-        ("DCGM_FI_DEV_FB_USED", "gauge", 2, None, Some(0.0)),
-        ("DCGM_FI_DEV_FB_RESERVED", "gauge", 2, None, None),
-        ("DCGM_FI_DEV_XID_ERRORS", "gauge", 2, None, Some(0.0)),
-        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", 2, None, Some(0.0)),
-        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", 2, None, None),
-    ]);
-    // GPU 0, in MIG mode: no utilization, GPM and nothing else; its GPU instances have
-    // memory and (GI 1) GPM.
-    wants.extend([
-        ("DCGM_FI_DEV_GPU_UTIL", "gauge", 0, None, None),
-        ("DCGM_FI_DEV_MEM_CLOCK", "gauge", 0, None, None),
-        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", 0, None, Some(0.4)),
-        (
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            "gauge",
-            0,
-            None,
-            Some(0.0),
-        ),
-        ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", 0, None, Some(0.6)),
-        ("DCGM_FI_DEV_XID_ERRORS", "gauge", 0, None, Some(0.0)),
-        (
-            "DCGM_FI_DEV_FB_USED",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(1024.0),
-        ),
-        (
-            "DCGM_FI_DEV_FB_FREE",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(9.0 * 1024.0),
-        ),
-        (
-            "DCGM_FI_DEV_FB_RESERVED",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(0.0),
-        ),
-        (
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(0.1),
-        ),
-        (
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(0.2),
-        ),
-        (
-            "DCGM_FI_PROF_DRAM_ACTIVE",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            Some(0.3),
-        ),
-        (
-            "DCGM_FI_DEV_FB_FREE",
-            "gauge",
-            0,
-            Some(("2g.20gb", 2)),
-            Some(20.0 * 1024.0),
-        ),
-        (
-            "DCGM_FI_DEV_FB_RESERVED",
-            "gauge",
-            0,
-            Some(("2g.20gb", 2)),
-            None,
-        ),
-        (
-            "DCGM_FI_PROF_DRAM_ACTIVE",
-            "gauge",
-            0,
-            Some(("2g.20gb", 2)),
-            None,
-        ),
-        (
-            "DCGM_FI_DEV_GPU_TEMP",
-            "gauge",
-            0,
-            Some(("1g.10gb", 1)),
-            None,
-        ),
-    ]);
-    wants
 }
 
 #[test]
@@ -587,6 +351,40 @@ fn a_collectors_subset_is_all_that_is_exported() -> TestResult {
             used.samples.iter().any(|s| s.labels == labels),
             "{:?}",
             used.samples
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn each_scrape_reads_the_gpus_again() -> TestResult {
+    in_child("each_scrape_reads_the_gpus_again", |nvml| {
+        let csv = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, e\n";
+        let exporter = Exporter::new(
+            Arc::clone(&nvml),
+            Counters::parse(csv, "e.csv")?,
+            HOST.into(),
+        )?;
+        let labels = base_labels(&nvml, 1, None, false)?;
+        let energy = |families: &BTreeMap<String, Family>| {
+            families["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+                .samples
+                .iter()
+                .find(|s| s.labels == labels)
+                .map(|s| s.value)
+        };
+        assert_eq!(
+            energy(&render(&exporter, &Holders::default())?),
+            Some(123_456_789.0)
+        );
+        // The mock re-reads its readings when the config file changes.
+        let path = std::env::var(CONFIG_ENV)?;
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        config["gpus"][1]["telemetry"]["total_energy_millijoules"] = 9_876_543_210_u64.into();
+        std::fs::write(&path, serde_json::to_string(&config)?)?;
+        assert_eq!(
+            energy(&render(&exporter, &Holders::default())?),
+            Some(9_876_543_210.0)
         );
         Ok(())
     })
