@@ -5,6 +5,7 @@
 pub mod cdi;
 pub mod configure;
 pub mod doctor;
+pub mod exporter;
 pub mod hook;
 pub mod info;
 pub mod labels;
@@ -157,6 +158,9 @@ pub enum Command {
     /// Write the node's GPU labels (gpu-feature-discovery's nvidia.com/* set) as a Node
     /// Feature Discovery feature file, once or every --interval.
     Labels(labels::LabelsArgs),
+    /// Serve the GPUs' metrics for Prometheus under dcgm-exporter's names and flags
+    /// (DCGM_FI_* on /metrics, :9400), read through NVML.
+    Exporter(exporter::ExporterArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +187,8 @@ pub enum CliError {
     Privileges(#[from] crate::hook::privileges::PrivilegeError),
     #[error(transparent)]
     Labels(#[from] labels::LabelsError),
+    #[error(transparent)]
+    Exporter(#[from] exporter::ExporterCommandError),
     #[error(
         "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"
     )]
@@ -215,6 +221,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Cdi(args) => cdi::run(&cli.host, args, out),
         Command::Hook(args) => hook::run(args),
         Command::Labels(args) => labels::run(&cli.host, args, out),
+        Command::Exporter(args) => exporter::run(&cli.host, args),
     }
 }
 

@@ -10,15 +10,7 @@ use std::collections::HashMap;
 use super::Exporter;
 
 /// One container's devices of one resource, as kubelet reports them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ContainerDevices {
-    pub pod: String,
-    pub namespace: String,
-    pub container: String,
-    /// e.g. `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`.
-    pub resource: String,
-    pub device_ids: Vec<String>,
-}
+pub use crate::kubelet::pod_resources::ContainerDevices;
 
 /// A container holding a unit: the labels its series get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +39,19 @@ impl Holders {
     /// The holders of the exporter's GPUs and instances among `containers`. Ids that name
     /// no unit of this node, and resources outside `nvidia.com/`, are ignored.
     pub fn from_containers(exporter: &Exporter, containers: &[ContainerDevices]) -> Holders {
+        Holders::from_containers_named(exporter, containers, &[])
+    }
+
+    /// [`Holders::from_containers`], counting the resources named in `also` as GPUs too
+    /// (dcgm-exporter's `--nvidia-resource-names`).
+    pub fn from_containers_named(
+        exporter: &Exporter,
+        containers: &[ContainerDevices],
+        also: &[String],
+    ) -> Holders {
         let mut by_unit: HashMap<Unit, Vec<Holder>> = HashMap::new();
         for entry in containers {
-            if !entry.resource.starts_with("nvidia.com/") {
+            if !entry.resource.starts_with("nvidia.com/") && !also.contains(&entry.resource) {
                 continue;
             }
             for id in &entry.device_ids {

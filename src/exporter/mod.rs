@@ -192,6 +192,10 @@ impl Exporter {
                 .position(|i| i.mig_devices.iter().any(|(s, _)| *s == slot))?;
             return Some(Unit::Instance(g, at));
         }
+        // GKE's device plugin (dcgm-exporter's `--kubernetes-gpu-id-type=device-name`).
+        if id.starts_with("nvidia") {
+            return self.gpus.iter().position(|g| g.device == id).map(Unit::Gpu);
+        }
         let index = id.parse::<u32>().ok()?;
         self.gpus
             .iter()
@@ -332,7 +336,10 @@ impl Exporter {
             labels.push(("GPU_I_PROFILE", instance.profile.as_str()));
             labels.push(("GPU_I_ID", instance.gpu_instance_id_text.as_str()));
         }
-        labels.push(("Hostname", self.hostname.as_str()));
+        // dcgm-exporter's `--no-hostname` leaves the label off.
+        if !self.hostname.is_empty() {
+            labels.push(("Hostname", self.hostname.as_str()));
+        }
         if let Some(name) = driver_label {
             labels.push((name, self.driver_version.as_str()));
         }

@@ -26,7 +26,7 @@ pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
 
 /// The devices of one resource held by one container.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ContainerDevices {
     pub pod: String,
     pub namespace: String,

@@ -20,7 +20,7 @@
 mod compute;
 pub mod gfd;
 mod k8s;
-mod stop;
+pub(crate) mod stop;
 
 #[cfg(test)]
 mod deployments_tests;

@@ -13,14 +13,15 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// SIGTERM and SIGINT, blocked on this thread and readable from a signalfd while this
-/// lives; the thread's previous mask comes back when it is dropped.
-pub(super) struct StopSignals {
+/// lives; the thread's previous mask comes back when it is dropped. Threads started
+/// while it lives inherit the mask, so the signals reach the signalfd, not them.
+pub(crate) struct StopSignals {
     fd: SignalFd,
     previous: SigSet,
 }
 
 impl StopSignals {
-    pub(super) fn listen() -> io::Result<Self> {
+    pub(crate) fn listen() -> io::Result<Self> {
         let mut stop = SigSet::empty();
         stop.add(Signal::SIGTERM);
         stop.add(Signal::SIGINT);
@@ -36,7 +37,7 @@ impl StopSignals {
     }
 
     /// Waits `interval`; `true` when SIGTERM or SIGINT came first.
-    pub(super) fn wait(&self, interval: Duration) -> io::Result<bool> {
+    pub(crate) fn wait(&self, interval: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + interval;
         loop {
             if self.fd.read_signal()?.is_some() {
@@ -57,6 +58,13 @@ impl StopSignals {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Readable once SIGTERM or SIGINT is pending: what `metrics_server::serve` stops on.
+impl std::os::fd::AsFd for StopSignals {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 

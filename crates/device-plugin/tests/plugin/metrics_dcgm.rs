@@ -186,3 +186,90 @@ async fn dcgm_names_are_the_default_with_pod_and_shared_gpu_labels() {
         "our GPU names are off:\n{body}"
     );
 }
+
+/// One series: metric, sorted labels, value.
+type Series = (String, Vec<(String, String)>, String);
+
+/// The DCGM families' series of a scrape.
+fn dcgm_series(scrape: &Scrape) -> BTreeSet<Series> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric.starts_with("DCGM_"))
+        .map(|s| {
+            let mut labels: Vec<(String, String)> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            labels.sort();
+            (s.metric.clone(), labels, format!("{:?}", number(s)))
+        })
+        .collect()
+}
+
+/// `nvshim exporter` (dcgm-exporter's command line) and the plugin's `/metrics` on the
+/// same node serve the same DCGM series; SIGTERM stops the exporter cleanly.
+#[tokio::test]
+async fn nvshim_exporter_serves_the_plugins_gpu_series() {
+    use crate::common::plugin_proc::{PluginProc, nvml_lib};
+    use nix::sys::signal::Signal;
+
+    let node = node(&NodeSpec::standard(3));
+    let sim = &node.sim;
+    let run = launch_with_names(sim, &[], true).await;
+    let nvshim = crate::metrics::plugin_bin().with_file_name("nvshim");
+    let path = |p: &std::path::Path| p.display().to_string();
+    let argv: Vec<String> = [
+        "--debug",
+        "--driver-root",
+        &path(&sim.driver_root),
+        "--nvml-lib",
+        &path(&nvml_lib(sim)),
+        "exporter",
+        "-a",
+        "127.0.0.1:0",
+        "-c",
+        "0",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let mut exporter = PluginProc::spawn(&nvshim, &argv, &sim.env());
+    assert!(
+        exporter
+            .wait_log("serving metrics", std::time::Duration::from_secs(20))
+            .await,
+        "{}",
+        exporter.log()
+    );
+    let log = exporter.log();
+    let line = log.lines().find(|l| l.contains("serving metrics")).unwrap();
+    let addr: std::net::SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))
+        .unwrap_or_else(|| panic!("no addr= in {line:?}"))
+        .parse()
+        .unwrap();
+    let (status, headers, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "{headers}\n{body}\n{}", exporter.log());
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains(&format!("content-type: {CLASSIC}")),
+        "{headers}"
+    );
+    let ours = dcgm_series(&parse(&body));
+    let (_, plugins) = scrape(&run).await;
+    let plugins = dcgm_series(&plugins);
+    assert!(ours.len() >= 3 * 10, "{body}");
+    assert_eq!(ours, plugins, "exporter:\n{body}");
+
+    exporter.signal(Signal::SIGTERM);
+    let status = exporter.exit(std::time::Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        exporter.log()
+    );
+}
