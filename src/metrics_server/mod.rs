@@ -105,15 +105,14 @@ pub fn serve_with(
             {
                 continue;
             }
-            // The client gave up between poll and accept, or we are out of descriptors
-            // for a moment: neither ends the server.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ECONNABORTED | libc::EMFILE | libc::ENFILE)
-                ) =>
-            {
+            // The client gave up between poll and accept: nothing to do.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+            // Out of descriptors for a moment: the connection stays queued and poll would
+            // report it again at once, so back off briefly (as Go's net/http does) rather
+            // than spin; neither ends the server.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 tracing::warn!(error = %e, "metrics server: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
             Err(e) => return Err(e),

@@ -2,31 +2,32 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plays kubelet's pod-resources server with Python's grpcio (the gRPC C core).
 
-usage: pod_resources_kubelet.py SOCKET RESPONSE_FILE [CODE MESSAGE]
+usage: pod_resources_kubelet.py SOCKET RESPONSE_FILE
 
-Serves v1.PodResourcesLister/List on the Unix socket SOCKET. The answer is the bytes of
-RESPONSE_FILE as they are (an encoded ListPodResourcesResponse: a generic handler
-without serializers), or, with CODE (a grpc.StatusCode name) and MESSAGE, that error.
-Prints "ready" once serving, and stops when its stdin closes.
+Serves v1.PodResourcesLister/List on the Unix socket SOCKET. Each call answers with the
+bytes of RESPONSE_FILE as they are then (an encoded ListPodResourcesResponse: a generic
+handler without serializers), or, while RESPONSE_FILE.fail exists, fails with the status
+it names: a grpc.StatusCode name on its first line, the message on the second. Prints
+"ready" once serving, and stops when its stdin closes.
 """
+import os
 import sys
 from concurrent import futures
 
 import grpc
 
 socket_path, response_file = sys.argv[1], sys.argv[2]
-failure = (getattr(grpc.StatusCode, sys.argv[3]), sys.argv[4]) if len(sys.argv) > 4 else None
-
-with open(response_file, "rb") as f:
-    response = f.read()
 
 
 def list_pod_resources(request, context):
     if request != b"":
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "expected an empty request")
-    if failure:
-        context.abort(*failure)
-    return response
+    if os.path.exists(response_file + ".fail"):
+        with open(response_file + ".fail", encoding="utf-8") as f:
+            code, message = f.read().split("\n", 1)
+        context.abort(getattr(grpc.StatusCode, code), message)
+    with open(response_file, "rb") as f:
+        return f.read()
 
 
 handler = grpc.method_handlers_generic_handler(

@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nvshim_http2_authority::hpack;
 use proptest::prelude::*;
 
+use super::ContainerDevices;
 use super::http2::{self, ErrorCode, Http2Error, ResponseReader};
 use super::wire::{WireError, decode_list_response};
-use super::{ContainerDevices, Problem, list};
 
 // --- a protobuf encoder for the fixtures (the client only decodes) ---
 
@@ -453,117 +451,6 @@ proptest! {
     }
 }
 
-// --- against grpcio's server (the gRPC C core), on a temp socket ---
-
-/// Runs `tests/foreign/pod_resources_kubelet.py` serving `response` (or failing with
-/// `failure`), calls `list` against it, and stops it.
-fn list_from_grpcio(
-    response: &[u8],
-    failure: Option<(&str, &str)>,
-) -> Result<Vec<ContainerDevices>, super::PodResourcesError> {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("kubelet.sock");
-    let response_file = dir.path().join("response.bin");
-    std::fs::write(&response_file, response).unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/foreign/pod_resources_kubelet.py"
-    );
-    let mut command = Command::new("python3");
-    command.arg(script).arg(&socket).arg(&response_file);
-    if let Some((code, message)) = failure {
-        command.args([code, message]);
-    }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run python3 {script}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the grpcio server did not start (is grpcio installed? .ci/run installs it)"
-    );
-    let result = list(&socket, Duration::from_secs(20));
-    drop(child.stdin.take());
-    child.wait().unwrap();
-    result
-}
-
-#[test]
-fn grpcio_server_small_large_and_failing() {
-    assert_eq!(
-        list_from_grpcio(&two_pods(), None).unwrap(),
-        two_pods_decoded()
-    );
-
-    // ~1.5 MiB: far past the default 64 KiB windows, in many DATA frames
-    let pods: Vec<(String, Vec<String>)> = (0..3000)
-        .map(|i| {
-            (
-                format!("pod-{i:05}"),
-                (0..8)
-                    .map(|g| format!("GPU-{i:05}-{g}-{}", "x".repeat(40)))
-                    .collect(),
-            )
-        })
-        .collect();
-    let encoded = encode(
-        &pods
-            .iter()
-            .map(|(name, gpus)| Pod {
-                name,
-                namespace: "bulk",
-                containers: vec![("main", vec![("nvidia.com/gpu", gpus.clone())])],
-            })
-            .collect::<Vec<_>>(),
-    );
-    assert!(encoded.len() > 1024 * 1024, "{} bytes", encoded.len());
-    let got = list_from_grpcio(&encoded, None).unwrap();
-    assert_eq!(got.len(), 3000);
-    assert_eq!(got[2999].pod, "pod-02999");
-    assert_eq!(got[2999].device_ids, pods[2999].1);
-
-    let error = list_from_grpcio(b"", Some(("PERMISSION_DENIED", "not allowed: ✓"))).unwrap_err();
-    match &error.problem {
-        Problem::Http2(Http2Error::Grpc {
-            code: 7,
-            name: "PERMISSION_DENIED",
-            message,
-        }) => {
-            assert_eq!(message, "not allowed: ✓");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    let text = error.to_string();
-    assert!(
-        text.contains("kubelet.sock") && text.contains("PERMISSION_DENIED"),
-        "{text}"
-    );
-}
-
-#[test]
-fn no_server_is_a_connect_error_naming_the_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("absent.sock");
-    let error = list(&socket, Duration::from_secs(1)).unwrap_err();
-    assert!(matches!(error.problem, Problem::Connect(_)), "{error:?}");
-    assert!(error.to_string().contains("absent.sock"), "{error}");
-}
-
-#[test]
-fn a_silent_server_hits_the_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("silent.sock");
-    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let error = list(&socket, Duration::from_millis(100)).unwrap_err();
-    assert!(matches!(error.problem, Problem::Deadline(_)), "{error:?}");
-}
-
 #[test]
 fn a_message_over_16_mib_is_refused() {
     let mut bytes = Vec::new();
@@ -589,3 +476,6 @@ fn a_message_over_16_mib_is_refused() {
         })
     );
 }
+
+#[path = "socket_tests.rs"]
+mod socket;
