@@ -15,8 +15,8 @@
 //! into `Result`s. It never panics and never prints.
 //!
 //! This file loads the library and holds its function table; `ffi` has the C types,
-//! `error` the return codes and [`NvmlError`], `device`, `events`, `nvlink` and `telemetry`
-//! the safe wrappers. The telemetry calls (utilisation, temperature, power, clocks) are
+//! `error` the return codes and [`NvmlError`], `device`, `events`, `nvlink`, `partition`
+//! (fabric and MIG attributes) and `telemetry` the safe wrappers. The telemetry calls (utilisation, temperature, power, clocks) are
 //! optional too: a driver without one reports that one reading missing, nothing more.
 #![allow(unsafe_code)]
 
@@ -25,6 +25,7 @@ mod error;
 mod events;
 mod ffi;
 mod nvlink;
+mod partition;
 mod telemetry;
 
 use std::ffi::{CStr, CString, c_char, c_uint};
@@ -42,6 +43,7 @@ pub use events::{
     EVENT_TYPE_XID_CRITICAL_ERROR, Event, EventSet, INSTANCE_ID_NONE, SharedEventSet,
 };
 pub use nvlink::NVLINK_MAX_LINKS;
+pub use partition::{FABRIC_STATE_COMPLETED, FabricInfo, MigAttributes};
 pub use telemetry::{Clock, Utilization};
 
 /// A resolved (or missing) function: the name found, or the preferred name when none was.
@@ -93,6 +95,9 @@ struct Api {
     temperature: Sym<ffi::DeviceEnumUintFn>,
     power_usage: Sym<ffi::DeviceUintFn>,
     clock_info: Sym<ffi::DeviceEnumUintFn>,
+    fabric_info: Sym<partition::FabricInfoFn>,
+    fabric_info_v: Sym<partition::FabricInfoVFn>,
+    attributes: Sym<partition::AttributesFn>,
 }
 
 /// Looks up the first of `names` that the library exports.
@@ -172,6 +177,13 @@ impl Api {
                 temperature: resolve(lib, &["nvmlDeviceGetTemperature"]),
                 power_usage: resolve(lib, &["nvmlDeviceGetPowerUsage"]),
                 clock_info: resolve(lib, &["nvmlDeviceGetClockInfo"]),
+                fabric_info: resolve(lib, &["nvmlDeviceGetGpuFabricInfo"]),
+                fabric_info_v: resolve(lib, &["nvmlDeviceGetGpuFabricInfoV"]),
+                // nvml.h maps the unversioned name to `_v2`; the struct is the same.
+                attributes: resolve(
+                    lib,
+                    &["nvmlDeviceGetAttributes_v2", "nvmlDeviceGetAttributes"],
+                ),
             }
         }
     }

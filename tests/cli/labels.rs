@@ -11,13 +11,16 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::{Node, node, nvshim, ok};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use nvshim::cli::labels::{is_valid_label_key, is_valid_label_value};
-use nvshim_testkit::NodeSpec;
+use nvshim_testkit::{
+    MockConfig, MockFabric, MockGfd, MockMigAttributes, NodeSpec, PCI_CLASS_VGA, make_vgpu,
+    set_pci_class,
+};
 
 const GIB: u64 = 1 << 30;
 /// How long the loop test waits for the labeller to act before failing (not a timing
@@ -189,9 +192,9 @@ fn a_uniform_node_gets_the_sanitised_product() {
 #[test]
 fn the_feature_file_is_replaced_atomically_and_only_on_change() {
     let setup = Setup::new(&mixed_spec());
-    let stdout = setup.labels(&["--output", "-"]);
+    let stdout = setup.labels(&["--output", "-", "--no-timestamp"]);
     let file = setup.out_file();
-    let printed = setup.labels(&["--output", file.to_str().unwrap()]);
+    let printed = setup.labels(&["--output", file.to_str().unwrap(), "--no-timestamp"]);
     assert_eq!(printed, "", "nothing on stdout when writing a file");
     assert_eq!(fs::read_to_string(&file).unwrap(), stdout);
     let names: Vec<_> = fs::read_dir(setup.out_dir())
@@ -203,7 +206,7 @@ fn the_feature_file_is_replaced_atomically_and_only_on_change() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o644);
 
     // Same labels: the file is left alone (same inode).
-    setup.labels(&["--output", file.to_str().unwrap()]);
+    setup.labels(&["--output", file.to_str().unwrap(), "--no-timestamp"]);
     assert_eq!(fs::metadata(&file).unwrap().ino(), meta.ino(), "rewritten");
 
     // Different labels: replaced by a rename (new inode), never truncated in place.
@@ -212,6 +215,7 @@ fn the_feature_file_is_replaced_atomically_and_only_on_change() {
         file.to_str().unwrap(),
         "--mig-strategy",
         "mixed",
+        "--no-timestamp",
     ]);
     let after = fs::metadata(&file).unwrap();
     assert_ne!(after.ino(), meta.ino(), "not replaced");
@@ -350,7 +354,7 @@ fn labels_with_env(setup: &Setup, args: &[&str], env: &[(&str, &str)]) -> std::p
 fn gpu_feature_discoverys_flags_and_env_vars() {
     let setup = Setup::new(&mixed_spec());
     let machine = setup.machine_file();
-    let want = setup.labels(&["--output", "-", "--mig-strategy", "mixed"]);
+    let want = setup.labels(&["--output", "-", "--mig-strategy", "mixed", "--no-timestamp"]);
     let gfd = [
         "--oneshot",
         "--no-timestamp",
@@ -382,6 +386,7 @@ fn gpu_feature_discoverys_flags_and_env_vars() {
         &[],
         &[
             ("GFD_ONESHOT", "true"),
+            ("GFD_NO_TIMESTAMP", "true"),
             ("GFD_OUTPUT_FILE", file.to_str().unwrap()),
             ("GFD_MACHINE_TYPE_FILE", &machine),
             ("MIG_STRATEGY", "mixed"),
@@ -458,4 +463,145 @@ fn assert_no_temp_files(dir: &Path) {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// The cluster every GPU of [`gfd_node`] registered with.
+const CLUSTER_UUID: &str = "3f1c2b6a-9d4e-4c1a-8b7e-5a6d2c9e0f11";
+
+/// `with_mig(3)` made into GFD's hard cases: GPU 0 split into 1g.10gb + 2g.20gb (with
+/// NVML's attributes for both profiles), GPU 1 in graphics mode (a VGA controller),
+/// GPU 2 a vGPU whose host runs 550.90.05 (branch r550_00), all three in IMEX clique 7.
+fn gfd_node() -> Setup {
+    let spec = NodeSpec::with_mig(3);
+    let setup = Setup::new(&spec);
+    let sim = &setup.node.sim;
+    let mut config = MockConfig::new(&spec, &sim.dev_root, &sim.dir.join("xid-events"));
+    let attributes = |sms, slices, copy, decoders, memory_mib| MockMigAttributes {
+        multiprocessors: sms,
+        copy_engines: copy,
+        decoders,
+        encoders: 0,
+        jpeg_engines: 0,
+        ofa_engines: 0,
+        gpu_instance_slices: slices,
+        compute_instance_slices: slices,
+        memory_mib,
+    };
+    for (index, gpu) in config.gpus.iter_mut().enumerate() {
+        let mut gfd = MockGfd {
+            fabric: Some(MockFabric {
+                cluster_uuid: CLUSTER_UUID.to_string(),
+                clique_id: 7,
+                state: 3,
+                status: 0,
+            }),
+            ..MockGfd::default()
+        };
+        if index == 0 {
+            gfd.mig_attributes = BTreeMap::from([
+                ("1g.10gb".to_string(), attributes(14, 1, 1, 0, 9728)),
+                ("2g.20gb".to_string(), attributes(28, 2, 2, 1, 19968)),
+            ]);
+        }
+        gpu.gfd = Some(gfd);
+    }
+    config.write(&sim.mock_config).unwrap();
+    set_pci_class(&sim.dir, &spec.gpus[1].bus_id, PCI_CLASS_VGA).unwrap();
+    make_vgpu(&sim.dir, &spec.gpus[2].bus_id, "550.90.05", "r550_00").unwrap();
+    setup
+}
+
+/// Every label GFD writes for [`gfd_node`] with the mixed strategy, as GFD's rules give
+/// them: the mode is `unknown` because the GPUs disagree, the MIG profiles carry NVML's
+/// attributes (their memory too), the clique is `<cluster>.<clique>`.
+#[test]
+fn a_gfd_node_gets_gfds_whole_label_set() {
+    let setup = gfd_node();
+    let got = setup.labels(&["--output", "-", "--mig-strategy", "mixed", "--no-timestamp"]);
+    let want = format!(
+        "nvidia.com/cuda.driver-version.full=550.54.15
+nvidia.com/cuda.driver-version.major=550
+nvidia.com/cuda.driver-version.minor=54
+nvidia.com/cuda.driver-version.revision=15
+nvidia.com/cuda.driver.major=550
+nvidia.com/cuda.driver.minor=54
+nvidia.com/cuda.driver.rev=15
+nvidia.com/cuda.runtime-version.full=12.4
+nvidia.com/cuda.runtime-version.major=12
+nvidia.com/cuda.runtime-version.minor=4
+nvidia.com/cuda.runtime.major=12
+nvidia.com/cuda.runtime.minor=4
+nvidia.com/gpu.clique={CLUSTER_UUID}.7
+nvidia.com/gpu.compute.major=8
+nvidia.com/gpu.compute.minor=0
+nvidia.com/gpu.count=2
+nvidia.com/gpu.family=ampere
+nvidia.com/gpu.machine=DGX-A100
+nvidia.com/gpu.memory=81920
+nvidia.com/gpu.mode=unknown
+nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB
+nvidia.com/gpu.product.NVIDIA-A100-SXM4-80GB.compute.major=8
+nvidia.com/gpu.product.NVIDIA-A100-SXM4-80GB.compute.minor=0
+nvidia.com/gpu.product.NVIDIA-A100-SXM4-80GB.count=2
+nvidia.com/gpu.product.NVIDIA-A100-SXM4-80GB.family=ampere
+nvidia.com/gpu.product.NVIDIA-A100-SXM4-80GB.memory=81920
+nvidia.com/gpu.replicas=1
+nvidia.com/gpu.sharing-strategy=none
+nvidia.com/mig-1g.10gb.count=1
+nvidia.com/mig-1g.10gb.engines.copy=1
+nvidia.com/mig-1g.10gb.engines.decoder=0
+nvidia.com/mig-1g.10gb.engines.encoder=0
+nvidia.com/mig-1g.10gb.engines.jpeg=0
+nvidia.com/mig-1g.10gb.engines.ofa=0
+nvidia.com/mig-1g.10gb.memory=9728
+nvidia.com/mig-1g.10gb.multiprocessors=14
+nvidia.com/mig-1g.10gb.product=NVIDIA-A100-SXM4-80GB-MIG-1g.10gb
+nvidia.com/mig-1g.10gb.replicas=1
+nvidia.com/mig-1g.10gb.sharing-strategy=none
+nvidia.com/mig-1g.10gb.slices.ci=1
+nvidia.com/mig-1g.10gb.slices.gi=1
+nvidia.com/mig-2g.20gb.count=1
+nvidia.com/mig-2g.20gb.engines.copy=2
+nvidia.com/mig-2g.20gb.engines.decoder=1
+nvidia.com/mig-2g.20gb.engines.encoder=0
+nvidia.com/mig-2g.20gb.engines.jpeg=0
+nvidia.com/mig-2g.20gb.engines.ofa=0
+nvidia.com/mig-2g.20gb.memory=19968
+nvidia.com/mig-2g.20gb.multiprocessors=28
+nvidia.com/mig-2g.20gb.product=NVIDIA-A100-SXM4-80GB-MIG-2g.20gb
+nvidia.com/mig-2g.20gb.replicas=1
+nvidia.com/mig-2g.20gb.sharing-strategy=none
+nvidia.com/mig-2g.20gb.slices.ci=2
+nvidia.com/mig-2g.20gb.slices.gi=2
+nvidia.com/mig.capable=true
+nvidia.com/mig.strategy=mixed
+nvidia.com/mps.capable=false
+nvidia.com/vgpu.host-driver-branch=r550_00
+nvidia.com/vgpu.host-driver-version=550.90.05
+nvidia.com/vgpu.present=true
+"
+    );
+    assert_eq!(got, want);
+    parse(&got);
+
+    // GFD's default: a timestamp (seconds since the epoch) on top of the same labels.
+    let before = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut stamped = parse(&setup.labels(&["--output", "-", "--mig-strategy", "mixed"]));
+    let stamp: u64 = stamped
+        .remove("nvidia.com/gfd.timestamp")
+        .expect("a timestamp by default")
+        .parse()
+        .unwrap();
+    assert!(
+        stamp >= before,
+        "timestamp {stamp} before the run ({before})"
+    );
+    assert_eq!(
+        stamped,
+        parse(&want),
+        "the same labels besides the timestamp"
+    );
 }

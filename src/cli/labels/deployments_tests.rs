@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::cli::labels::{self, Facts, LabelSettings};
+use crate::cli::labels::{self, DeviceFacts, Facts, LabelSettings};
 use crate::cli::{Cli, Command};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
 use clap::Parser;
@@ -131,6 +131,7 @@ fn emitted_keys() -> Vec<String> {
         inventory: &inventory,
         from_nvml: true,
         machine: None,
+        devices: &DeviceFacts::default(),
     };
     labels::compute(&facts, &LabelSettings::default())
         .into_keys()

@@ -63,8 +63,8 @@ pub struct LabelsArgs {
     #[arg(long = "sleep-interval", visible_alias = "interval", value_name = "DURATION",
           value_parser = parse_interval)]
     pub interval: Option<Duration>,
-    /// Leave out the nvidia.com/gfd.timestamp label (nvshim never writes it, so the file
-    /// changes only when the node does) [env: GFD_NO_TIMESTAMP]
+    /// Leave out the nvidia.com/gfd.timestamp label (then the file changes only when the
+    /// node does) [env: GFD_NO_TIMESTAMP] [default: false, as GFD]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub no_timestamp: Option<bool>,
@@ -149,6 +149,8 @@ pub struct Resolved {
     pub nvml_only: bool,
     /// Read the driver here instead of at `--driver-root`.
     pub driver_root: Option<PathBuf>,
+    /// Write `nvidia.com/gfd.timestamp` (GFD's default; `--no-timestamp` turns it off).
+    pub timestamp: bool,
 }
 
 /// The config file `args` or the environment name, if any.
@@ -208,7 +210,11 @@ pub fn resolve(
     }
 
     let oneshot = args.oneshot.or(bool_env(env::ONESHOT)?).or(gfd.oneshot);
-    bool_env(env::NO_TIMESTAMP)?;
+    let no_timestamp = args
+        .no_timestamp
+        .or(bool_env(env::NO_TIMESTAMP)?)
+        .or(gfd.no_timestamp)
+        .unwrap_or(false);
     let interval_env = env(env::SLEEP_INTERVAL)
         .filter(|v| !v.is_empty())
         .map(|v| parse_interval(&v).map_err(|e| e.in_origin(env::SLEEP_INTERVAL)))
@@ -271,6 +277,7 @@ pub fn resolve(
             .clone()
             .or_else(|| first(env, &env::DRIVER_ROOT_CTR_PATH).map(PathBuf::from))
             .filter(|p| !p.as_os_str().is_empty()),
+        timestamp: !no_timestamp,
     })
 }
 

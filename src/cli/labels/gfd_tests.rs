@@ -83,6 +83,7 @@ fn default() -> Resolved {
         machine_type_file: MACHINE_TYPE_FILE.into(),
         nvml_only: false,
         driver_root: None,
+        timestamp: true,
     }
 }
 
@@ -244,7 +245,28 @@ fn gfd_flags_env_and_file_resolve() {
             &["--no-timestamp"],
             &[("GFD_NO_TIMESTAMP", "false")],
             None,
+            with(|r| r.timestamp = false),
+        ),
+        (
+            "GFD_NO_TIMESTAMP",
+            &[],
+            &[("GFD_NO_TIMESTAMP", "true")],
+            None,
+            with(|r| r.timestamp = false),
+        ),
+        (
+            "--no-timestamp=false over the file",
+            &["--no-timestamp=false"],
+            &[],
+            Some("flags: {gfd: {noTimestamp: true}}"),
             default(),
+        ),
+        (
+            "flags.gfd.noTimestamp",
+            &[],
+            &[],
+            Some("flags: {gfd: {noTimestamp: true}}"),
+            with(|r| r.timestamp = false),
         ),
         (
             "--use-node-feature-api=false",

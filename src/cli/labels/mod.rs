@@ -6,6 +6,7 @@
 //! mod       one shot or the --sleep-interval loop, reading the node, writing the file
 //! gfd       gpu-feature-discovery's flags, env vars and flags.gfd keys → Resolved
 //! compute   inventory × MIG strategy × time-slicing → labels (pure)
+//! facts     PCI class, vGPU capability (sysfs), fabric and MIG attributes (NVML)
 //! k8s       Kubernetes' label key/value rules and the value sanitiser (pure)
 //! stop      the loop's wait: the interval, or SIGTERM/SIGINT (signalfd + poll)
 //! ```
@@ -16,8 +17,11 @@
 //! labeller is gone does not keep advertising stale labels. The MIG strategy and
 //! time-slicing come from the device plugin's own config file (`--config-file`), so the
 //! labels describe what the plugin advertises; `--mig-strategy` overrides the file.
+//! `nvidia.com/gfd.timestamp` is the run's start, stamped once as GFD does, so the loop's
+//! "only when a label changed" still holds.
 
 mod compute;
+pub mod facts;
 pub mod gfd;
 mod k8s;
 mod stop;
@@ -34,13 +38,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use compute::{Facts, LabelSettings, Labels, MIXED_PRODUCT, PREFIX, compute, family};
+pub use facts::DeviceFacts;
 pub use gfd::{LabelsArgs, Output, Resolved};
 pub use k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 
 use super::{CliError, HostArgs};
 use crate::files::write::{self, WriteError};
+use crate::inventory::nvml::library_path;
 use crate::inventory::{Backend, Inventory, InventoryError};
 use crate::k8s_config::{FileSettings, K8sConfigError, load_file};
+use crate::nvml::Nvml;
 use stop::StopSignals;
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
@@ -110,6 +117,9 @@ struct Labeller {
     host: HostArgs,
     resolved: Resolved,
     settings: LabelSettings,
+    /// `gfd.timestamp`: when this run started, as GFD stamps it (once, not every round,
+    /// so the loop still rewrites the file only when a label changed).
+    timestamp: Option<u64>,
 }
 
 fn labeller(
@@ -135,6 +145,7 @@ fn labeller(
     };
     Ok(Labeller {
         host,
+        timestamp: resolved.timestamp.then(unix_now),
         resolved,
         settings,
     })
@@ -214,12 +225,37 @@ impl Labeller {
     fn labels(&self) -> Result<Labels, LabelsError> {
         let (backend, inventory) = load(&self.host)?;
         let machine = read_machine(&self.resolved.machine_type_file);
+        let nvml = (backend == Backend::Nvml).then(|| self.nvml()).flatten();
+        let devices = facts::read(&self.host.roots().proc, &inventory, nvml.as_ref());
         let facts = Facts {
             inventory: &inventory,
             from_nvml: backend == Backend::Nvml,
             machine: machine.as_deref(),
+            devices: &devices,
         };
-        Ok(compute(&facts, &self.settings))
+        let mut labels = compute(&facts, &self.settings);
+        if let Some(timestamp) = self.timestamp {
+            labels.insert(TIMESTAMP_LABEL.to_string(), timestamp.to_string());
+        }
+        Ok(labels)
+    }
+
+    /// NVML again, for the facts the inventory does not keep (fabric, MIG attributes);
+    /// `None`, logged, when it cannot be loaded (those labels are then left out).
+    fn nvml(&self) -> Option<Nvml> {
+        let roots = self.host.roots();
+        let library = self
+            .host
+            .nvml_lib
+            .clone()
+            .unwrap_or_else(|| library_path(&roots));
+        match Nvml::load(&library) {
+            Ok(nvml) => Some(nvml),
+            Err(error) => {
+                tracing::warn!("{error}; leaving out the fabric and MIG attribute labels");
+                None
+            }
+        }
     }
 
     /// Writes `text` to stdout, or replaces the file with it unless it already holds
@@ -239,6 +275,15 @@ impl Labeller {
         write::replace(&path, text.as_bytes(), existing.as_ref(), false)?;
         Ok(true)
     }
+}
+
+/// GFD's label holding when the labels were made (seconds since the epoch).
+pub const TIMESTAMP_LABEL: &str = "nvidia.com/gfd.timestamp";
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The file's text: `key=value` lines in key order.

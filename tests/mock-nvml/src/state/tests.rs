@@ -20,6 +20,7 @@ fn gpu(uuid: &str, bus_id: &str, minor: u32) -> GpuConfig {
         temperature_celsius: Some(35),
         power_milliwatts: Some(60_000),
         sm_clock_mhz: Some(1410),
+        gfd: None,
     }
 }
 
