@@ -605,3 +605,79 @@ nvidia.com/vgpu.present=true
         "the same labels besides the timestamp"
     );
 }
+
+/// The `nvshim` binary linked as `gpu-feature-discovery`: GFD's command line gives what
+/// `nvshim labels` gives, GFD's usage errors exit 1, and with neither `--oneshot` nor an
+/// interval it loops (GFD's default) until SIGTERM, then removes its file.
+#[test]
+fn the_gpu_feature_discovery_name_runs_labels_with_gfds_defaults() {
+    let setup = Setup::new(&NodeSpec::standard(2));
+    let gfd = setup.dir.path().join("gpu-feature-discovery");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nvshim"), &gfd).unwrap();
+    let machine = setup.machine_file();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&gfd);
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .args(args)
+            .args(setup.node.sim.root_args())
+            .envs(setup.node.sim.env())
+            .envs(env.iter().copied());
+        cmd
+    };
+    let want = setup.labels(&["--output", "-", "--no-timestamp"]);
+    let args = [
+        "--oneshot",
+        "--no-timestamp",
+        "-o",
+        "-",
+        "--machine-type-file",
+        &machine,
+    ];
+    let out = run(&args, &[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        want,
+        "oneshot to stdout"
+    );
+
+    let version = run(&["--version"], &[]).output().unwrap();
+    assert!(version.status.success(), "--version");
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("gpu-feature-discovery "));
+    let bad = run(&["--mig-strategy", "half"], &[]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(1), "a usage error exits 1");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("half"));
+
+    fs::create_dir_all(setup.out_dir()).unwrap();
+    let file = setup.out_file();
+    let mut child = run(
+        &["--machine-type-file", &machine],
+        &[("GFD_OUTPUT_FILE", file.to_str().unwrap())],
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let read = || fs::read_to_string(&file).unwrap_or_default();
+    wait_for("the first labels", || read().contains("gpu.count=2\n"));
+    assert!(
+        read().contains("nvidia.com/gfd.timestamp="),
+        "GFD stamps by default"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "loops without --oneshot"
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let mut status = None;
+    wait_for("exit after SIGTERM", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success(), "{status:?}");
+    assert!(!file.exists(), "the feature file is removed on exit");
+}

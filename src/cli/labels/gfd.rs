@@ -19,6 +19,7 @@ use std::time::Duration;
 use clap::Args;
 use clap::builder::{OsStringValueParser, TypedValueParser};
 
+use super::feature_discovery::GFD_OUTPUT;
 use super::{DEFAULT_OUTPUT, LabelsError, MACHINE_TYPE_FILE, parse_interval};
 use crate::k8s_config::{DiscoveryStrategy, FileSettings, MigStrategy, Sharing, parse_go_bool};
 
@@ -121,6 +122,10 @@ pub struct LabelsArgs {
     /// For the NodeFeature API only (not supported yet): no effect [env: POD_NAME]
     #[arg(long, value_name = "NAME")]
     pub pod_name: Option<String>,
+    /// GFD's defaults (loop every 60s, write `features.d/gfd`) instead of ours (once,
+    /// `features.d/nvshim`): set under the `gpu-feature-discovery` name.
+    #[arg(skip)]
+    pub gfd_defaults: bool,
 }
 
 /// Paths as given, the empty one included (GFD's stdout); clap's own rejects `""`.
@@ -231,6 +236,7 @@ pub fn resolve(
         // GFD loops by default; nvshim labels once unless asked to loop, and an explicit
         // "not oneshot" is that ask.
         (Some(false), None) => Some(DEFAULT_SLEEP_INTERVAL),
+        (None, None) if args.gfd_defaults => Some(DEFAULT_SLEEP_INTERVAL),
         (None, None) => None,
     };
 
@@ -239,7 +245,13 @@ pub fn resolve(
         .clone()
         .or_else(|| env(env::OUTPUT_FILE).map(PathBuf::from))
         .or_else(|| gfd.output_file.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_OUTPUT));
+        .unwrap_or_else(|| {
+            PathBuf::from(if args.gfd_defaults {
+                GFD_OUTPUT
+            } else {
+                DEFAULT_OUTPUT
+            })
+        });
     // GFD writes to stdout for an empty output file; `-` is our spelling.
     let output = if output.as_os_str().is_empty() || output.as_os_str() == "-" {
         Output::Stdout

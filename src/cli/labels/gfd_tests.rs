@@ -478,3 +478,59 @@ fn gfd_config_file_from_flag_or_env() {
         Some(PathBuf::from("/flag"))
     );
 }
+
+/// Under the `gpu-feature-discovery` name: GFD's file and GFD's loop by default; its
+/// flags, variables and file keys still win.
+#[test]
+fn gfd_defaults_under_gfds_name() {
+    let gfd_args = |extra: &[&str]| {
+        let mut args = LabelsArgs {
+            gfd_defaults: true,
+            ..LabelsArgs::default()
+        };
+        if extra == ["--oneshot"] {
+            args.oneshot = Some(true);
+        }
+        args
+    };
+    let every_minute = Resolved {
+        output: Output::File(super::feature_discovery::GFD_OUTPUT.into()),
+        interval: Some(DEFAULT_SLEEP_INTERVAL),
+        ..default()
+    };
+    let file = FileSettings::default();
+    let cases = [
+        ("no flags", gfd_args(&[]), vec![], every_minute.clone()),
+        (
+            "--oneshot",
+            gfd_args(&["--oneshot"]),
+            vec![],
+            Resolved {
+                interval: None,
+                ..every_minute.clone()
+            },
+        ),
+        (
+            "GFD_ONESHOT",
+            gfd_args(&[]),
+            vec![("GFD_ONESHOT", "true")],
+            Resolved {
+                interval: None,
+                ..every_minute.clone()
+            },
+        ),
+        (
+            "GFD_OUTPUT_FILE",
+            gfd_args(&[]),
+            vec![("GFD_OUTPUT_FILE", "/x")],
+            Resolved {
+                output: Output::File("/x".into()),
+                ..every_minute.clone()
+            },
+        ),
+    ];
+    for (case, args, env, want) in cases {
+        let got = resolve(&args, &env_of(&env), &file).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(got, want, "{case}");
+    }
+}

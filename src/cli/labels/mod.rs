@@ -7,6 +7,7 @@
 //! gfd       gpu-feature-discovery's flags, env vars and flags.gfd keys → Resolved
 //! compute   inventory × MIG strategy × time-slicing → labels (pure)
 //! facts     PCI class, vGPU capability (sysfs), fabric and MIG attributes (NVML)
+//! feature_discovery  the `gpu-feature-discovery` name: GFD's command line and defaults
 //! k8s       Kubernetes' label key/value rules and the value sanitiser (pure)
 //! stop      the loop's wait: the interval, or SIGTERM/SIGINT (signalfd + poll)
 //! ```
@@ -22,6 +23,7 @@
 
 mod compute;
 pub mod facts;
+pub mod feature_discovery;
 pub mod gfd;
 mod k8s;
 mod stop;
