@@ -23,5 +23,7 @@ mod docs_flags;
 mod doctor;
 mod info_list;
 mod labels;
+mod labels_gfd;
+mod labels_node_feature;
 mod nvidia_names;
 mod packages;

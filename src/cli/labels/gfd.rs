@@ -5,11 +5,10 @@
 //! `MIG_STRATEGY`) and the `flags.gfd.*` keys of the config file, with the precedence
 //! flag > env > file > default, into one immutable [`Resolved`].
 //!
-//! What GFD does and nvshim does not do yet is refused by name rather than ignored:
-//! the NodeFeature API output (`--use-node-feature-api=true`) and the `tegra`/`vfio`
-//! discovery strategies. The Kubernetes client flags (`--kubeconfig`, `--namespace`,
-//! `--node-name`, …) only serve the NodeFeature output, as in GFD, so they are accepted
-//! and have no effect on the file output.
+//! What GFD does and nvshim does not do yet is refused by name rather than ignored: a
+//! `--kubeconfig` for the NodeFeature output (the in-cluster config only) and the
+//! `tegra`/`vfio` discovery strategies. `--node-name` and `--namespace` serve the
+//! NodeFeature output only, as in GFD.
 //!
 //! Pure: the environment comes in as a lookup, the config file as parsed settings.
 
@@ -40,6 +39,9 @@ pub mod env {
         ["GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"];
     pub const DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
     pub const DRIVER_ROOT_CTR_PATH: [&str; 2] = ["DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"];
+    pub const KUBECONFIG: &str = "KUBECONFIG";
+    pub const NODE_NAME: &str = "NODE_NAME";
+    pub const NAMESPACE: &str = "NAMESPACE";
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -87,8 +89,9 @@ pub struct LabelsArgs {
     /// [env: GFD_MACHINE_TYPE_FILE] [default: /sys/class/dmi/id/product_name]
     #[arg(long, value_name = "FILE")]
     pub machine_type_file: Option<PathBuf>,
-    /// Publish through NFD's NodeFeature API: not supported yet, false only (nvshim
-    /// writes the feature file) [env: GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API]
+    /// Publish the labels as NFD's NodeFeature object (nvidia-features-for-<node>) through
+    /// the API server, with the pod's in-cluster config, instead of the feature file
+    /// [env: GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API] [default: false]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub use_node_feature_api: Option<bool>,
@@ -104,22 +107,25 @@ pub struct LabelsArgs {
         value_name = "PATH"
     )]
     pub driver_root_ctr_path: Option<PathBuf>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBECONFIG]
+    /// A kubeconfig for the NodeFeature API: not supported, the in-cluster config only
+    /// (an error when set with --use-node-feature-api) [env: KUBECONFIG]
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBE_API_QPS]
+    /// Accepted, no effect: nvshim makes two or three requests a round [env: KUBE_API_QPS]
     #[arg(long, value_name = "QPS")]
     pub kube_api_qps: Option<f64>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBE_API_BURST]
+    /// Accepted, no effect [env: KUBE_API_BURST]
     #[arg(long, value_name = "BURST")]
     pub kube_api_burst: Option<u32>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: NAMESPACE]
+    /// The NodeFeature object's namespace [env: NAMESPACE] [default: the service
+    /// account's namespace, else default]
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: NODE_NAME]
+    /// The node the NodeFeature object describes; required with --use-node-feature-api
+    /// [env: NODE_NAME]
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: POD_NAME]
+    /// Accepted, no effect [env: POD_NAME]
     #[arg(long, value_name = "NAME")]
     pub pod_name: Option<String>,
     /// GFD's defaults (loop every 60s, write `features.d/gfd`) instead of ours (once,
@@ -138,6 +144,12 @@ fn any_path() -> impl TypedValueParser<Value = PathBuf> {
 pub enum Output {
     Stdout,
     File(PathBuf),
+    /// NFD's NodeFeature object for `node`, through the API server; the namespace
+    /// defaults to the service account's, else `default`.
+    NodeFeature {
+        node: String,
+        namespace: Option<String>,
+    },
 }
 
 /// Everything one `nvshim labels` run works with, resolved once.
@@ -191,9 +203,30 @@ pub fn resolve(
         .or(bool_envs(&env::USE_NODE_FEATURE_API)?)
         .or(gfd.use_node_feature_api)
         .unwrap_or(false);
-    if use_nfd_api {
-        return Err(LabelsError::NodeFeatureApi);
-    }
+    let node_feature = if use_nfd_api {
+        let kubeconfig = args.kubeconfig.clone().or_else(|| {
+            env(env::KUBECONFIG)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(path) = kubeconfig {
+            return Err(LabelsError::Kubeconfig(path));
+        }
+        let node = args
+            .node_name
+            .clone()
+            .or_else(|| env(env::NODE_NAME))
+            .filter(|v| !v.is_empty())
+            .ok_or(LabelsError::NodeName)?;
+        let namespace = args
+            .namespace
+            .clone()
+            .or_else(|| env(env::NAMESPACE))
+            .filter(|v| !v.is_empty());
+        Some(Output::NodeFeature { node, namespace })
+    } else {
+        None
+    };
 
     let strategy = match &args.device_discovery_strategy {
         Some(s) => Some(s.clone()),
@@ -253,7 +286,9 @@ pub fn resolve(
             })
         });
     // GFD writes to stdout for an empty output file; `-` is our spelling.
-    let output = if output.as_os_str().is_empty() || output.as_os_str() == "-" {
+    let output = if let Some(node_feature) = node_feature {
+        node_feature
+    } else if output.as_os_str().is_empty() || output.as_os_str() == "-" {
         Output::Stdout
     } else {
         Output::File(output)

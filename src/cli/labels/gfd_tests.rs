@@ -276,6 +276,34 @@ fn gfd_flags_env_and_file_resolve() {
             default(),
         ),
         (
+            "--use-node-feature-api with --node-name and --namespace",
+            &[
+                "--use-node-feature-api",
+                "--node-name=n1",
+                "--namespace=gpus",
+            ],
+            &[("NODE_NAME", "other")],
+            None,
+            with(|r| {
+                r.output = Output::NodeFeature {
+                    node: "n1".into(),
+                    namespace: Some("gpus".into()),
+                }
+            }),
+        ),
+        (
+            "USE_NODE_FEATURE_API with NODE_NAME, no namespace",
+            &[],
+            &[("USE_NODE_FEATURE_API", "true"), ("NODE_NAME", "n2")],
+            None,
+            with(|r| {
+                r.output = Output::NodeFeature {
+                    node: "n2".into(),
+                    namespace: None,
+                }
+            }),
+        ),
+        (
             "nvml discovery",
             &["--device-discovery-strategy=nvml"],
             &[],
@@ -373,25 +401,32 @@ fn gfd_flags_nvshim_lacks_fail_by_name() {
     );
     let cases: &[Case] = &[
         (
-            "NodeFeature API",
+            "NodeFeature API without a node name",
             &["--use-node-feature-api"],
             &[],
             None,
-            &["feature file only", "not supported yet"],
+            &["--node-name", "NODE_NAME"],
         ),
         (
-            "GFD_USE_NODE_FEATURE_API",
+            "GFD_USE_NODE_FEATURE_API without a node name",
             &[],
             &[("GFD_USE_NODE_FEATURE_API", "true")],
             None,
-            &["NodeFeature API"],
+            &["--node-name"],
         ),
         (
-            "flags.useNodeFeatureAPI",
+            "flags.useNodeFeatureAPI without a node name",
             &[],
             &[],
             Some("flags: {useNodeFeatureAPI: true}"),
-            &["NodeFeature API"],
+            &["--node-name"],
+        ),
+        (
+            "NodeFeature API with a kubeconfig",
+            &["--use-node-feature-api", "--node-name=n"],
+            &[("KUBECONFIG", "/root/.kube/config")],
+            None,
+            &["--kubeconfig /root/.kube/config", "in-cluster"],
         ),
         (
             "tegra",

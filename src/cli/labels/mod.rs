@@ -8,6 +8,8 @@
 //! compute   inventory × MIG strategy × time-slicing → labels (pure)
 //! facts     PCI class, vGPU capability (sysfs), fabric and MIG attributes (NVML)
 //! feature_discovery  the `gpu-feature-discovery` name: GFD's command line and defaults
+//! node_feature  the labels as NFD's NodeFeature object (--use-node-feature-api)
+//! apiserver the in-cluster config and one HTTPS request (rustls, ring)
 //! k8s       Kubernetes' label key/value rules and the value sanitiser (pure)
 //! stop      the loop's wait: the interval, or SIGTERM/SIGINT (signalfd + poll)
 //! ```
@@ -21,11 +23,13 @@
 //! `nvidia.com/gfd.timestamp` is the run's start, stamped once as GFD does, so the loop's
 //! "only when a label changed" still holds.
 
+pub mod apiserver;
 mod compute;
 pub mod facts;
 pub mod feature_discovery;
 pub mod gfd;
 mod k8s;
+pub mod node_feature;
 mod stop;
 
 #[cfg(test)]
@@ -50,10 +54,14 @@ use crate::inventory::nvml::library_path;
 use crate::inventory::{Backend, Inventory, InventoryError};
 use crate::k8s_config::{FileSettings, K8sConfigError, load_file};
 use crate::nvml::Nvml;
+use apiserver::{ApiError, ApiServer};
+use node_feature::Target;
 use stop::StopSignals;
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
 pub const DEFAULT_OUTPUT: &str = "/etc/kubernetes/node-feature-discovery/features.d/nvshim";
+/// GFD's `--namespace` default, when neither it nor the service account names one.
+pub const DEFAULT_NAMESPACE: &str = "default";
 /// The machine's model, as GFD reads it for `nvidia.com/gpu.machine`.
 pub const MACHINE_TYPE_FILE: &str = "/sys/class/dmi/id/product_name";
 
@@ -75,11 +83,21 @@ pub enum LabelsError {
         source: K8sConfigError,
     },
     #[error(
-        "--use-node-feature-api=true: nvshim labels writes the feature file only for now; \
-         NFD's NodeFeature API is not supported yet (set --use-node-feature-api=false, or \
-         GFD_USE_NODE_FEATURE_API=false)"
+        "--use-node-feature-api needs the node's name: set --node-name or NODE_NAME (in a \
+         DaemonSet, from the downward API's spec.nodeName)"
     )]
-    NodeFeatureApi,
+    NodeName,
+    #[error(
+        "--kubeconfig {}: not supported; the NodeFeature output uses the pod's in-cluster \
+         config (unset KUBECONFIG, or run in a pod)", .0.display()
+    )]
+    Kubeconfig(PathBuf),
+    #[error("NodeFeature {name}: {source}")]
+    NodeFeature {
+        name: String,
+        #[source]
+        source: ApiError,
+    },
     #[error("--device-discovery-strategy: {0}")]
     Discovery(#[source] K8sConfigError),
     #[error(transparent)]
@@ -122,6 +140,8 @@ struct Labeller {
     /// `gfd.timestamp`: when this run started, as GFD stamps it (once, not every round,
     /// so the loop still rewrites the file only when a label changed).
     timestamp: Option<u64>,
+    /// The API server and the object, for the NodeFeature output.
+    node_feature: Option<(ApiServer, Target)>,
 }
 
 fn labeller(
@@ -145,11 +165,29 @@ fn labeller(
         mig_strategy: resolved.mig_strategy,
         sharing: resolved.sharing.clone(),
     };
+    let node_feature = match &resolved.output {
+        Output::NodeFeature { node, namespace } => {
+            let name = format!("{}{node}", node_feature::NAME_PREFIX);
+            let api = ApiServer::in_cluster(env)
+                .map_err(|source| LabelsError::NodeFeature { name, source })?;
+            let namespace = namespace
+                .clone()
+                .or_else(|| api.namespace.clone())
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+            let target = Target {
+                node: node.clone(),
+                namespace,
+            };
+            Some((api, target))
+        }
+        Output::Stdout | Output::File(_) => None,
+    };
     Ok(Labeller {
         host,
         timestamp: resolved.timestamp.then(unix_now),
         resolved,
         settings,
+        node_feature,
     })
 }
 
@@ -166,7 +204,7 @@ impl Labeller {
                 }
                 Err(error) => return Err(error),
             };
-            return self.emit(&render(&labels), out).map(|_| ());
+            return self.emit(&labels, &render(&labels), out).map(|_| ());
         };
         self.repeat(interval, out)
     }
@@ -179,7 +217,10 @@ impl Labeller {
         let mut last: Option<String> = None;
         let mut first = true;
         loop {
-            let round = self.labels().map(|labels| render(&labels));
+            let round = self.labels().map(|labels| {
+                let text = render(&labels);
+                (labels, text)
+            });
             // As GFD: with --fail-on-init-error (the default), a node whose GPUs cannot be
             // read at start is an error; later failures keep the previous labels.
             if first && self.resolved.fail_on_init_error && round.is_err() {
@@ -187,8 +228,8 @@ impl Labeller {
             }
             first = false;
             match round {
-                Ok(text) if last.as_ref() == Some(&text) && self.to_stdout() => {}
-                Ok(text) => match self.emit(&text, out) {
+                Ok((_, text)) if last.as_ref() == Some(&text) && self.to_stdout() => {}
+                Ok((labels, text)) => match self.emit(&labels, &text, out) {
                     Ok(changed) => {
                         if changed {
                             tracing::info!(labels = text.lines().count(), "labels written");
@@ -208,6 +249,14 @@ impl Labeller {
             }
         }
         tracing::info!("stopping");
+        // Unlike GFD, which leaves its NodeFeature object behind, the object goes with
+        // the labeller, as the file does: a node without one advertises nothing stale.
+        if let Some((api, target)) = &self.node_feature {
+            return node_feature::remove(api, target).map_err(|source| LabelsError::NodeFeature {
+                name: target.name(),
+                source,
+            });
+        }
         let Output::File(output) = &self.resolved.output else {
             return Ok(());
         };
@@ -260,9 +309,20 @@ impl Labeller {
         }
     }
 
-    /// Writes `text` to stdout, or replaces the file with it unless it already holds
-    /// exactly that; says whether anything was written.
-    fn emit(&self, text: &str, out: &mut dyn Write) -> Result<bool, LabelsError> {
+    /// Writes `text` (the rendered `labels`) to stdout, replaces the file with it unless
+    /// it already holds exactly that, or publishes `labels` as the NodeFeature object;
+    /// says whether anything changed.
+    fn emit(&self, labels: &Labels, text: &str, out: &mut dyn Write) -> Result<bool, LabelsError> {
+        if let Some((api, target)) = &self.node_feature {
+            let published = node_feature::publish(api, target, labels).map_err(|source| {
+                LabelsError::NodeFeature {
+                    name: target.name(),
+                    source,
+                }
+            })?;
+            tracing::info!(object = %target.name(), ?published, "NodeFeature");
+            return Ok(published != node_feature::Published::Unchanged);
+        }
         let Output::File(output) = &self.resolved.output else {
             out.write_all(text.as_bytes())
                 .and_then(|()| out.flush())
