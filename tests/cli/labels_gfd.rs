@@ -209,9 +209,14 @@ fn the_gpu_feature_discovery_name_runs_labels_with_gfds_defaults() {
 
     fs::create_dir_all(setup.out_dir()).unwrap();
     let file = setup.out_file();
+    let config = setup.dir.path().join("config.yaml");
+    fs::write(&config, "version: v1\n").unwrap();
     let mut child = run(
         &["--machine-type-file", &machine],
-        &[("GFD_OUTPUT_FILE", file.to_str().unwrap())],
+        &[
+            ("GFD_OUTPUT_FILE", file.to_str().unwrap()),
+            ("GFD_CONFIG_FILE", config.to_str().unwrap()),
+        ],
     )
     .stdout(Stdio::null())
     .spawn()
@@ -225,6 +230,21 @@ fn the_gpu_feature_discovery_name_runs_labels_with_gfds_defaults() {
     assert!(
         child.try_wait().unwrap().is_none(),
         "loops without --oneshot"
+    );
+
+    // SIGHUP, as GFD: the config file is read again and the labels follow at once.
+    fs::write(
+        &config,
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+    )
+    .unwrap();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGHUP).unwrap();
+    wait_for("the relabel after SIGHUP", || {
+        read().contains("gpu.replicas=4\n")
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still running after SIGHUP"
     );
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let mut status = None;

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::facts::{DeviceFacts, add_labels, mig_attribute_labels};
+use super::facts::{DeviceFacts, labels as device_labels, mig_attribute_labels};
 use super::k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
 use crate::k8s_config::{GPU_RESOURCE, MigStrategy, Sharing, SharingStrategy};
@@ -106,7 +106,9 @@ impl LabelSettings {
 pub fn compute(facts: &Facts<'_>, settings: &LabelSettings) -> Labels {
     let mut out = Out::default();
     let mut gpus: Vec<&Gpu> = facts.inventory.gpus.iter().collect();
-    add_labels(facts.devices, &mut out.labels);
+    for (name, value) in device_labels(facts.devices) {
+        out.put(name, value);
+    }
     if gpus.is_empty() {
         return out.labels;
     }

@@ -6,12 +6,11 @@
 //! (`mig-<profile>.{multiprocessors,slices.*,engines.*,memory}`).
 //!
 //! [`read`] does the I/O and never fails: a fact it cannot read is left unknown (and the
-//! label follows GFD's rule for that case). [`add_labels`] and the parsers are pure.
+//! label follows GFD's rule for that case). [`labels`] and the parsers are pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::compute::{Labels, PREFIX};
 use crate::inventory::Inventory;
 use crate::nvml::{MigAttributes, Nvml};
 
@@ -212,10 +211,11 @@ pub fn gpu_mode(classes: &[Option<u32>]) -> &'static str {
     }
 }
 
-/// `gpu.mode`, `gpu.clique` and the `vgpu.*` labels.
-pub fn add_labels(facts: &DeviceFacts, labels: &mut Labels) {
-    let mut put = |name: &str, value: String| {
-        labels.insert(format!("{PREFIX}{name}"), value);
+/// `gpu.mode`, `gpu.clique` and the `vgpu.*` labels, by name (without `nvidia.com/`).
+pub fn labels(facts: &DeviceFacts) -> BTreeMap<&'static str, String> {
+    let mut labels = BTreeMap::new();
+    let mut put = |name: &'static str, value: String| {
+        labels.insert(name, value);
     };
     if !facts.pci_classes.is_empty() {
         put("gpu.mode", gpu_mode(&facts.pci_classes).to_string());
@@ -243,6 +243,7 @@ pub fn add_labels(facts: &DeviceFacts, labels: &mut Labels) {
     ) {
         put("gpu.clique", format!("{cluster}.{clique}"));
     }
+    labels
 }
 
 /// A host driver field as a valid label value (it is read from config space).
@@ -390,21 +391,10 @@ mod tests {
                 fabric: fabric.iter().map(|(u, c)| (u.to_string(), *c)).collect(),
                 ..DeviceFacts::default()
             };
-            let mut labels = Labels::new();
-            add_labels(&facts, &mut labels);
-            assert_eq!(
-                labels.get("nvidia.com/gpu.clique"),
-                want.as_ref(),
-                "case {case}"
-            );
-            assert!(
-                !labels.contains_key("nvidia.com/gpu.mode"),
-                "case {case}: no GPUs"
-            );
-            assert!(
-                !labels.contains_key("nvidia.com/vgpu.present"),
-                "case {case}"
-            );
+            let labels = labels(&facts);
+            assert_eq!(labels.get("gpu.clique"), want.as_ref(), "case {case}");
+            assert!(!labels.contains_key("gpu.mode"), "case {case}: no GPUs");
+            assert!(!labels.contains_key("vgpu.present"), "case {case}");
         }
     }
 
@@ -422,9 +412,7 @@ mod tests {
                 }],
                 ..DeviceFacts::default()
             };
-            let mut labels = Labels::new();
-            add_labels(&facts, &mut labels);
-            for (key, value) in &labels {
+            for (key, value) in &labels(&facts) {
                 prop_assert!(super::super::k8s::is_valid_label_value(value), "{key}={value}");
             }
         }

@@ -37,6 +37,8 @@ mod deployments_tests;
 #[cfg(test)]
 mod gfd_tests;
 #[cfg(test)]
+mod mig_attribute_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io::{self, Write};
@@ -56,7 +58,7 @@ use crate::k8s_config::{FileSettings, K8sConfigError, load_file};
 use crate::nvml::Nvml;
 use apiserver::{ApiError, ApiServer};
 use node_feature::Target;
-use stop::StopSignals;
+use stop::{StopSignals, Wake};
 
 /// Where NFD's worker reads local feature files; `nvshim` is our file's name there.
 pub const DEFAULT_OUTPUT: &str = "/etc/kubernetes/node-feature-discovery/features.d/nvshim";
@@ -129,7 +131,24 @@ impl LabelsError {
 }
 
 pub fn run(host: &HostArgs, args: &LabelsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    Ok(labeller(host, args, &|name| std::env::var(name).ok())?.run(out)?)
+    let env = |name: &str| std::env::var(name).ok();
+    // Kept across reloads, so a signal between two runs is not lost (or fatal).
+    let mut signals = None;
+    loop {
+        match labeller(host, args, &env)?.run(out, &mut signals)? {
+            Ended::Done => return Ok(()),
+            // As GFD: SIGHUP reads the flags' files and env again and relabels at once.
+            Ended::Reload => tracing::info!("SIGHUP: reloading the configuration"),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Done,
+    /// SIGHUP: resolve everything again and start over.
+    Reload,
 }
 
 /// Everything one run needs, resolved once.
@@ -192,7 +211,11 @@ fn labeller(
 }
 
 impl Labeller {
-    fn run(&self, out: &mut dyn Write) -> Result<(), LabelsError> {
+    fn run(
+        &self,
+        out: &mut dyn Write,
+        signals: &mut Option<StopSignals>,
+    ) -> Result<Ended, LabelsError> {
         let Some(interval) = self.resolved.interval else {
             let labels = match self.labels() {
                 Ok(labels) => labels,
@@ -200,20 +223,33 @@ impl Labeller {
                 // is not a failed run.
                 Err(error) if !self.resolved.fail_on_init_error => {
                     tracing::error!("{error}; no labels written (--fail-on-init-error=false)");
-                    return Ok(());
+                    return Ok(Ended::Done);
                 }
                 Err(error) => return Err(error),
             };
-            return self.emit(&labels, &render(&labels), out).map(|_| ());
+            return self
+                .emit(&labels, &render(&labels), out)
+                .map(|_| Ended::Done);
         };
-        self.repeat(interval, out)
+        if signals.is_none() {
+            // Listen before the first round, so that a signal during it is not fatal.
+            *signals = Some(StopSignals::listen().map_err(LabelsError::Signals)?);
+        }
+        match signals {
+            Some(stop) => self.repeat(interval, out, stop),
+            None => Ok(Ended::Done),
+        }
     }
 
-    /// Relabels every `interval` until SIGTERM or SIGINT. A failed round (NVML gone for
-    /// a moment, a full disk) is logged and leaves the previous labels in place.
-    fn repeat(&self, interval: Duration, out: &mut dyn Write) -> Result<(), LabelsError> {
-        // Listen before the first round, so that a signal during it is not fatal.
-        let stop = StopSignals::listen().map_err(LabelsError::Signals)?;
+    /// Relabels every `interval` until SIGTERM, SIGINT or SIGQUIT (or SIGHUP, which
+    /// ends the run for a reload and keeps the labels). A failed round (NVML gone for a
+    /// moment, a full disk) is logged and leaves the previous labels in place.
+    fn repeat(
+        &self,
+        interval: Duration,
+        out: &mut dyn Write,
+        stop: &StopSignals,
+    ) -> Result<Ended, LabelsError> {
         let mut last: Option<String> = None;
         let mut first = true;
         loop {
@@ -224,7 +260,7 @@ impl Labeller {
             // As GFD: with --fail-on-init-error (the default), a node whose GPUs cannot be
             // read at start is an error; later failures keep the previous labels.
             if first && self.resolved.fail_on_init_error && round.is_err() {
-                return round.map(|_| ());
+                return round.map(|_| Ended::Done);
             }
             first = false;
             match round {
@@ -244,26 +280,30 @@ impl Labeller {
                     );
                 }
             }
-            if stop.wait(interval).map_err(LabelsError::Signals)? {
-                break;
+            match stop.wait(interval).map_err(LabelsError::Signals)? {
+                Wake::Elapsed => {}
+                Wake::Stop => break,
+                Wake::Reload => return Ok(Ended::Reload),
             }
         }
         tracing::info!("stopping");
         // Unlike GFD, which leaves its NodeFeature object behind, the object goes with
         // the labeller, as the file does: a node without one advertises nothing stale.
         if let Some((api, target)) = &self.node_feature {
-            return node_feature::remove(api, target).map_err(|source| LabelsError::NodeFeature {
-                name: target.name(),
-                source,
-            });
+            return node_feature::remove(api, target)
+                .map(|()| Ended::Done)
+                .map_err(|source| LabelsError::NodeFeature {
+                    name: target.name(),
+                    source,
+                });
         }
         let Output::File(output) = &self.resolved.output else {
-            return Ok(());
+            return Ok(Ended::Done);
         };
         let path = write::resolve(output);
         match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Ok(()) => Ok(Ended::Done),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Ended::Done),
             Err(source) => Err(LabelsError::Remove { path, source }),
         }
     }

@@ -10,7 +10,6 @@ use proptest::prelude::*;
 use super::*;
 use crate::inventory::{DriverInfo, Gpu, Inventory, MigDevice};
 use crate::k8s_config::{MigStrategy, SharedResource, Sharing, SharingStrategy};
-use crate::nvml::MigAttributes;
 
 const GIB: u64 = 1 << 30;
 const A100: &str = "NVIDIA A100-SXM4-80GB";
@@ -31,7 +30,7 @@ fn gpu(index: u32, name: &str, memory_gib: u64, cc: &str) -> Gpu {
     }
 }
 
-fn a100(index: u32) -> Gpu {
+pub(super) fn a100(index: u32) -> Gpu {
     gpu(index, A100, 80, "8.0")
 }
 
@@ -42,7 +41,7 @@ fn t4(index: u32) -> Gpu {
     }
 }
 
-fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
+pub(super) fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
     gpu.mig_enabled = Some(true);
     gpu.mig_devices = profiles
         .iter()
@@ -59,7 +58,7 @@ fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
     gpu
 }
 
-fn inventory(gpus: Vec<Gpu>) -> Inventory {
+pub(super) fn inventory(gpus: Vec<Gpu>) -> Inventory {
     Inventory {
         driver: DriverInfo {
             version: "550.54.15".to_string(),
@@ -84,7 +83,7 @@ fn labels_of(inventory: &Inventory, settings: &LabelSettings) -> Labels {
     labels
 }
 
-fn strategy(mig_strategy: MigStrategy) -> LabelSettings {
+pub(super) fn strategy(mig_strategy: MigStrategy) -> LabelSettings {
     LabelSettings {
         mig_strategy,
         sharing: None,
@@ -124,7 +123,7 @@ fn shared(
 type Want = &'static [(&'static str, Option<&'static str>)];
 
 /// Checks `want` (`Some` = that value, `None` = absent) against the labels.
-fn check(case: &str, labels: &Labels, want: &[(&str, Option<&str>)]) {
+pub(super) fn check(case: &str, labels: &Labels, want: &[(&str, Option<&str>)]) {
     for (name, value) in want {
         let key = format!("{PREFIX}{name}");
         assert_eq!(
@@ -526,90 +525,4 @@ proptest! {
             Duration::from_secs(h * 3600 + m * 60 + s)
         );
     }
-}
-
-/// The single strategy labels the MIG devices as `nvidia.com/gpu`, with NVML's attributes
-/// of their profile under `gpu.*` (its memory replacing the device's), as GFD does; the
-/// mixed one puts a profile with `+` under its resource name (`+` → `.`).
-#[test]
-fn mig_attributes_follow_the_strategy() {
-    let node = inventory(vec![
-        with_migs(a100(0), &[("1g.10gb", 10), ("1g.10gb", 10)]),
-        with_migs(a100(1), &[("1g.10gb", 10), ("1g.10gb+me", 10)]),
-    ]);
-    let one = MigAttributes {
-        multiprocessors: 14,
-        copy_engines: 1,
-        gpu_instance_slices: 1,
-        compute_instance_slices: 1,
-        memory_mib: 9728,
-        ..MigAttributes::default()
-    };
-    let me = MigAttributes {
-        decoders: 1,
-        jpeg_engines: 1,
-        ofa_engines: 1,
-        ..one
-    };
-    let devices = DeviceFacts {
-        mig_attributes: [("1g.10gb".to_string(), one), ("1g.10gb+me".to_string(), me)].into(),
-        ..DeviceFacts::default()
-    };
-    let single_node = inventory(vec![with_migs(
-        a100(0),
-        &[("1g.10gb", 10), ("1g.10gb", 10)],
-    )]);
-    let facts = Facts {
-        inventory: &single_node,
-        from_nvml: true,
-        machine: None,
-        devices: &devices,
-    };
-    let labels = compute(&facts, &strategy(MigStrategy::Single));
-    check(
-        "single",
-        &labels,
-        &[
-            ("gpu.count", Some("2")),
-            ("gpu.product", Some("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb")),
-            ("gpu.memory", Some("9728")),
-            ("gpu.multiprocessors", Some("14")),
-            ("gpu.slices.gi", Some("1")),
-            ("gpu.slices.ci", Some("1")),
-            ("gpu.engines.copy", Some("1")),
-            ("gpu.engines.decoder", Some("0")),
-        ],
-    );
-    let facts = Facts {
-        inventory: &node,
-        ..facts
-    };
-    let labels = compute(&facts, &strategy(MigStrategy::Mixed));
-    check(
-        "mixed",
-        &labels,
-        &[
-            ("mig-1g.10gb.count", Some("3")),
-            ("mig-1g.10gb.memory", Some("9728")),
-            ("mig-1g.10gb.engines.ofa", Some("0")),
-            ("mig-1g.10gb.me.count", Some("1")),
-            ("mig-1g.10gb.me.engines.ofa", Some("1")),
-            ("mig-1g.10gb.me.engines.jpeg", Some("1")),
-            ("mig-1g.10gb.me.slices.gi", Some("1")),
-            ("gpu.multiprocessors", None),
-        ],
-    );
-    let facts = Facts {
-        devices: &DeviceFacts::default(),
-        ..facts
-    };
-    let labels = compute(&facts, &strategy(MigStrategy::Mixed));
-    check(
-        "mixed without NVML's attributes",
-        &labels,
-        &[
-            ("mig-1g.10gb.memory", Some("10240")),
-            ("mig-1g.10gb.multiprocessors", None),
-        ],
-    );
 }
