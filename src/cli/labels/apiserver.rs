@@ -151,7 +151,13 @@ impl ApiServer {
         let host = self.host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string())
             .map_err(|_| ApiError::Host(self.host.clone()))?;
-        let address = format!("{}:{}", self.host, self.port);
+        // An IPv6 service address (`fd00::1`) goes in brackets, in the socket address and
+        // in `Host`.
+        let address = if host.contains(':') {
+            format!("[{host}]:{}", self.port)
+        } else {
+            format!("{host}:{}", self.port)
+        };
         let tcp = connect(&address)?;
         let connection = ClientConnection::new(Arc::clone(&self.tls), name)?;
         let mut stream = StreamOwned::new(connection, tcp);
