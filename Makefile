@@ -33,9 +33,13 @@ HAVE_MUSL := $(shell test -d "$$(rustc --print sysroot)/lib/rustlib/$(MUSL)" && 
 static-runtime:
 	$(MAKE) -j2 static-bins dynamic-bins
 
+# ring (rustls' crypto, for `nvshim labels --use-node-feature-api`) compiles a little C
+# for every target the library is built for; without a musl cross gcc, the host gcc does
+# (the runtime and hook never link it).
+MUSL_CC := $(shell command -v x86_64-linux-musl-gcc || command -v musl-gcc || echo gcc)
 static-bins:
 ifeq ($(HAVE_MUSL),yes)
-	$(CARGO) build -p nvshim --release --bin nvidia-container-runtime --bin nvidia-container-runtime-hook --target $(MUSL) --target-dir target/static
+	CC_x86_64_unknown_linux_musl=$${CC_x86_64_unknown_linux_musl:-$(MUSL_CC)} $(CARGO) build -p nvshim --release --bin nvidia-container-runtime --bin nvidia-container-runtime-hook --target $(MUSL) --target-dir target/static
 	mkdir -p $(STATIC_DIR)
 	install -m 0755 target/static/$(MUSL)/release/nvidia-container-runtime target/static/$(MUSL)/release/nvidia-container-runtime-hook $(STATIC_DIR)/
 else

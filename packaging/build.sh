@@ -226,6 +226,7 @@ link nvidia-docker2 nvidia-docker nvidia-ctk
 
 new_stage nvshim
 install_bin nvshim nvidia-device-plugin
+link nvshim gpu-feature-discovery nvidia-ctk
 install -m 0644 "$root/README.md" "$(stage_dir nvshim)/usr/share/doc/nvshim/README.md"
 
 # The signing key: NVSHIM_GPG_HOME, or one generated (once) beside <out>.

@@ -1,7 +1,7 @@
 //! `nvshim`: the admin CLI. Parsing, logging, one library call, an exit code.
 //!
-//! The same binary is NVIDIA's `nvidia-ctk`, `nvidia-cdi-hook`, `nvidia-container-cli`
-//! and `nvidia-docker` when started under those names (packages install them as links
+//! The same binary is NVIDIA's `nvidia-ctk`, `nvidia-cdi-hook`, `nvidia-container-cli`,
+//! `nvidia-docker` and `gpu-feature-discovery` when started under those names (packages install them as links
 //! to it): argv[0] picks the front end.
 
 use std::ffi::OsStr;
@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvshim::cli::{self, Cli};
+use nvshim::cli::{self, Cli, labels};
 use nvshim::container::{HOOK_HELPER_COMMAND, RUNTIME_HELPER_COMMAND};
 use nvshim::hook;
 use nvshim::logging::{self, LogSettings};
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         nvshim::ctk::CDI_HOOK_BINARY => return nvshim::ctk::cdi_hook_main(argv),
         nvshim::container_cli::BINARY => return nvshim::container_cli::main(argv),
         nvshim::docker_wrapper::BINARY => return nvshim::docker_wrapper::main(argv),
+        labels::feature_discovery::BINARY => return labels::feature_discovery::main(argv),
         _ => {}
     }
     // `nvshim runtime -- <runc argv>`: the runtime hands requests that need NVML here

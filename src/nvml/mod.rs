@@ -15,8 +15,8 @@
 //! into `Result`s. It never panics and never prints.
 //!
 //! This file loads the library and holds its function table; `ffi` has the C types,
-//! `error` the return codes and [`NvmlError`], `device`, `events`, `nvlink` and `telemetry`
-//! the safe wrappers. The telemetry calls (utilisation, temperature, power, clocks) are
+//! `error` the return codes and [`NvmlError`], `device`, `events`, `nvlink`, `partition`
+//! (fabric and MIG attributes) and `telemetry` the safe wrappers. The telemetry calls (utilisation, temperature, power, clocks) are
 //! optional too: a driver without one reports that one reading missing, nothing more.
 #![allow(unsafe_code)]
 
@@ -27,6 +27,7 @@ mod events;
 mod ffi;
 mod gpm;
 mod nvlink;
+mod partition;
 mod telemetry;
 
 use std::ffi::{CStr, CString, c_char, c_uint};
@@ -51,6 +52,7 @@ pub use gpm::{
     GPM_METRIC_ANY_TENSOR_UTIL, GPM_METRIC_DRAM_BW_UTIL, GPM_METRIC_GRAPHICS_UTIL, GpmSample,
 };
 pub use nvlink::NVLINK_MAX_LINKS;
+pub use partition::{FABRIC_STATE_COMPLETED, FabricInfo, MigAttributes};
 pub use telemetry::{Clock, Utilization};
 
 /// A resolved (or missing) function: the name found, or the preferred name when none was.
@@ -105,6 +107,9 @@ struct Api {
     /// The metrics exporter's readings (`counters`) and GPM (`gpm`), all optional.
     counters: counters::CountersApi,
     gpm: gpm::GpmApi,
+    fabric_info: Sym<partition::FabricInfoFn>,
+    fabric_info_v: Sym<partition::FabricInfoVFn>,
+    attributes: Sym<partition::AttributesFn>,
 }
 
 /// Looks up the first of `names` that the library exports.
@@ -186,6 +191,13 @@ impl Api {
                 clock_info: resolve(lib, &["nvmlDeviceGetClockInfo"]),
                 counters: counters::CountersApi::resolve(lib),
                 gpm: gpm::GpmApi::resolve(lib),
+                fabric_info: resolve(lib, &["nvmlDeviceGetGpuFabricInfo"]),
+                fabric_info_v: resolve(lib, &["nvmlDeviceGetGpuFabricInfoV"]),
+                // nvml.h maps the unversioned name to `_v2`; the struct is the same.
+                attributes: resolve(
+                    lib,
+                    &["nvmlDeviceGetAttributes_v2", "nvmlDeviceGetAttributes"],
+                ),
             }
         }
     }

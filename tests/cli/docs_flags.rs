@@ -256,6 +256,12 @@ fn valid_set(message: &str) -> BTreeSet<String> {
 fn nvshim_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     clap_flags(&nvshim::cli::Cli::command(), &mut flags);
+    // `gpu-feature-discovery` is `nvshim labels` under GFD's name: the same flags, in
+    // the same tables.
+    clap_flags(
+        &nvshim::cli::labels::feature_discovery::GfdCli::command(),
+        &mut flags,
+    );
     without_builtins(flags)
 }
 

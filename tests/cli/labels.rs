@@ -35,13 +35,13 @@ fn mixed_spec() -> NodeSpec {
     spec
 }
 
-struct Setup {
-    node: Node,
-    dir: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) node: Node,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Setup {
-    fn new(spec: &NodeSpec) -> Setup {
+    pub(crate) fn new(spec: &NodeSpec) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("product_name"), "DGX A100 \n").unwrap();
         Setup {
@@ -50,20 +50,20 @@ impl Setup {
         }
     }
 
-    fn machine_file(&self) -> String {
+    pub(crate) fn machine_file(&self) -> String {
         self.dir.path().join("product_name").display().to_string()
     }
 
-    fn out_dir(&self) -> PathBuf {
+    pub(crate) fn out_dir(&self) -> PathBuf {
         self.dir.path().join("features.d")
     }
 
-    fn out_file(&self) -> PathBuf {
+    pub(crate) fn out_file(&self) -> PathBuf {
         self.out_dir().join("nvshim")
     }
 
     /// `nvshim labels <args> --machine-type-file …`, asserting success; returns stdout.
-    fn labels(&self, args: &[&str]) -> String {
+    pub(crate) fn labels(&self, args: &[&str]) -> String {
         let machine = self.machine_file();
         let mut all = vec!["labels", "--machine-type-file", &machine];
         all.extend_from_slice(args);
@@ -91,7 +91,7 @@ impl Setup {
 
 /// Parses `key=value` lines, checking each against Kubernetes' rules and the file's
 /// sorted order.
-fn parse(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse(text: &str) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     let mut previous = String::new();
     for line in text.lines() {
@@ -121,7 +121,7 @@ fn check(case: &str, labels: &BTreeMap<String, String>, want: &[(&str, Option<&s
 }
 
 /// Waits until `done` holds, failing after [`PATIENCE`].
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
@@ -189,9 +189,9 @@ fn a_uniform_node_gets_the_sanitised_product() {
 #[test]
 fn the_feature_file_is_replaced_atomically_and_only_on_change() {
     let setup = Setup::new(&mixed_spec());
-    let stdout = setup.labels(&["--output", "-"]);
+    let stdout = setup.labels(&["--output", "-", "--no-timestamp"]);
     let file = setup.out_file();
-    let printed = setup.labels(&["--output", file.to_str().unwrap()]);
+    let printed = setup.labels(&["--output", file.to_str().unwrap(), "--no-timestamp"]);
     assert_eq!(printed, "", "nothing on stdout when writing a file");
     assert_eq!(fs::read_to_string(&file).unwrap(), stdout);
     let names: Vec<_> = fs::read_dir(setup.out_dir())
@@ -203,7 +203,7 @@ fn the_feature_file_is_replaced_atomically_and_only_on_change() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o644);
 
     // Same labels: the file is left alone (same inode).
-    setup.labels(&["--output", file.to_str().unwrap()]);
+    setup.labels(&["--output", file.to_str().unwrap(), "--no-timestamp"]);
     assert_eq!(fs::metadata(&file).unwrap().ino(), meta.ino(), "rewritten");
 
     // Different labels: replaced by a rename (new inode), never truncated in place.
@@ -212,6 +212,7 @@ fn the_feature_file_is_replaced_atomically_and_only_on_change() {
         file.to_str().unwrap(),
         "--mig-strategy",
         "mixed",
+        "--no-timestamp",
     ]);
     let after = fs::metadata(&file).unwrap();
     assert_ne!(after.ino(), meta.ino(), "not replaced");
@@ -350,7 +351,7 @@ fn labels_with_env(setup: &Setup, args: &[&str], env: &[(&str, &str)]) -> std::p
 fn gpu_feature_discoverys_flags_and_env_vars() {
     let setup = Setup::new(&mixed_spec());
     let machine = setup.machine_file();
-    let want = setup.labels(&["--output", "-", "--mig-strategy", "mixed"]);
+    let want = setup.labels(&["--output", "-", "--mig-strategy", "mixed", "--no-timestamp"]);
     let gfd = [
         "--oneshot",
         "--no-timestamp",
@@ -382,6 +383,7 @@ fn gpu_feature_discoverys_flags_and_env_vars() {
         &[],
         &[
             ("GFD_ONESHOT", "true"),
+            ("GFD_NO_TIMESTAMP", "true"),
             ("GFD_OUTPUT_FILE", file.to_str().unwrap()),
             ("GFD_MACHINE_TYPE_FILE", &machine),
             ("MIG_STRATEGY", "mixed"),
@@ -402,7 +404,7 @@ fn gpu_feature_discoverys_flags_and_env_vars() {
         (
             "NodeFeature API",
             &["--use-node-feature-api"][..],
-            "feature file only for now",
+            "--node-name",
         ),
         (
             "tegra",

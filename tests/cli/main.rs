@@ -24,5 +24,7 @@ mod doctor;
 mod exporter_unit;
 mod info_list;
 mod labels;
+mod labels_gfd;
+mod labels_node_feature;
 mod nvidia_names;
 mod packages;

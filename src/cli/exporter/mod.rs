@@ -20,6 +20,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use super::{CliError, HostArgs};
 use crate::exporter::{CONTENT_TYPE, CollectorsError, Counters, Exporter, ExporterError, Holders};
 use crate::inventory;
@@ -80,7 +82,9 @@ fn serve(host: &HostArgs, settings: &Settings) -> Result<(), ExporterCommandErro
     };
     let exporter = Exporter::new(Arc::new(nvml), counters, hostname)?;
     // Blocked before the server starts its threads, so they inherit the mask.
-    let stop = super::labels::stop::StopSignals::listen().map_err(ExporterCommandError::Signals)?;
+    // SIGHUP is left alone: dcgm-exporter restarts on it, a systemd unit restarts us.
+    let stop = super::labels::stop::StopSignals::listen_to(&[Signal::SIGTERM, Signal::SIGINT])
+        .map_err(ExporterCommandError::Signals)?;
     let listener = metrics_server::bind(&settings.address)?;
     match listener.local_addr() {
         Ok(addr) => tracing::info!(%addr, "serving metrics"),

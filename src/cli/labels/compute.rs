@@ -17,17 +17,21 @@
 //!   mixed strategy, the GPUs without MIG), not every GPU of the winning model. Only
 //!   when every GPU is split into MIG devices do the `gpu.*` labels describe the
 //!   MIG-enabled GPUs, with `gpu.replicas=0`, as GFD's do.
-//! - No `gfd.timestamp`: the labels change only when the node does.
-//! - No `gpu.mode`, `vgpu.*`, `gpu.clique` or MIG engine/slice counts (the inventory
-//!   does not know them). `mps.capable` is `true` exactly when the config shares a
-//!   resource with MPS, as GFD's is (GFD then refuses a node with MIG; the device plugin
-//!   does that here, so the labels still describe the node).
+//! - `mps.capable` is `true` exactly when the config shares a resource with MPS, as
+//!   GFD's is (GFD then refuses a node with MIG; the device plugin does that here, so
+//!   the labels still describe the node).
+//!
+//! `gpu.mode`, `gpu.clique`, `vgpu.*` and the MIG attribute labels come from
+//! [`DeviceFacts`] (sysfs and NVML beyond the inventory); `gfd.timestamp` is added by the
+//! caller, which owns the clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::facts::{DeviceFacts, labels as device_labels, mig_attribute_labels};
 use super::k8s::{MAX_NAME_LEN, is_valid_label_key, is_valid_label_value, sanitise};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
 use crate::k8s_config::{GPU_RESOURCE, MigStrategy, Sharing, SharingStrategy};
+use crate::nvml::MigAttributes;
 
 /// Label key → value, in key order (the order of the output file).
 pub type Labels = BTreeMap<String, String>;
@@ -55,6 +59,8 @@ pub struct Facts<'a> {
     pub from_nvml: bool,
     /// The machine's DMI product name as read, `None` when it could not be.
     pub machine: Option<&'a str>,
+    /// PCI classes, vGPUs, fabric ids and MIG attributes.
+    pub devices: &'a DeviceFacts,
 }
 
 /// The device plugin settings the labels follow, so that they describe what the
@@ -100,6 +106,9 @@ impl LabelSettings {
 pub fn compute(facts: &Facts<'_>, settings: &LabelSettings) -> Labels {
     let mut out = Out::default();
     let mut gpus: Vec<&Gpu> = facts.inventory.gpus.iter().collect();
+    for (name, value) in device_labels(facts.devices) {
+        out.put(name, value);
+    }
     if gpus.is_empty() {
         return out.labels;
     }
@@ -133,14 +142,14 @@ pub fn compute(facts: &Facts<'_>, settings: &LabelSettings) -> Labels {
             } else {
                 whole_gpus(&mut out, &off, settings, true);
             }
-            mig_profiles(&mut out, &on, settings);
+            mig_profiles(&mut out, &on, settings, facts.devices);
         }
         MigStrategy::Single => {
             out.put("mig.strategy", "single".to_string());
             if on.is_empty() {
                 whole_gpus(&mut out, &gpus, settings, true);
             } else {
-                single_mig(&mut out, &on, &off, settings);
+                single_mig(&mut out, &on, &off, settings, facts.devices);
             }
         }
     }
@@ -359,12 +368,15 @@ fn whole_gpus(out: &mut Out, gpus: &[&Gpu], settings: &LabelSettings, advertised
 
 /// Mixed strategy: `mig-<profile>.*` for every profile with at least one MIG device,
 /// named as the plugin names the resource (`+` becomes `.`).
-fn mig_profiles(out: &mut Out, on: &[&Gpu], settings: &LabelSettings) {
+fn mig_profiles(out: &mut Out, on: &[&Gpu], settings: &LabelSettings, facts: &DeviceFacts) {
     let mut profiles: BTreeMap<String, Vec<(&Gpu, Option<u64>)>> = BTreeMap::new();
+    let mut named: BTreeMap<String, &str> = BTreeMap::new();
     for gpu in on {
         for mig in &gpu.mig_devices {
+            let name = mig.profile.replace('+', ".");
+            named.entry(name.clone()).or_insert(mig.profile.as_str());
             profiles
-                .entry(mig.profile.replace('+', "."))
+                .entry(name)
                 .or_default()
                 .push((gpu, mig.memory_bytes));
         }
@@ -384,13 +396,31 @@ fn mig_profiles(out: &mut Out, on: &[&Gpu], settings: &LabelSettings) {
             out.put(&format!("{prefix}.memory"), memory.to_string());
         }
         sharing(out, settings, &prefix, replicas);
+        let attributes = named
+            .get(&profile)
+            .and_then(|p| facts.mig_attributes.get(*p));
+        mig_attributes(out, &prefix, attributes);
+    }
+}
+
+/// GFD's per-profile attribute labels (NVML's view of one device of the profile); its
+/// `memory` replaces the one from the device's memory info.
+fn mig_attributes(out: &mut Out, prefix: &str, attributes: Option<&MigAttributes>) {
+    for (name, value) in attributes.map(mig_attribute_labels).into_iter().flatten() {
+        out.put(&format!("{prefix}.{name}"), value);
     }
 }
 
 /// Single strategy with MIG on somewhere: the MIG devices are `nvidia.com/gpu`. When the
 /// node breaks the strategy's rules (the plugin refuses to start), GFD's `-MIG-INVALID`
 /// labels with zero counts.
-fn single_mig(out: &mut Out, on: &[&Gpu], off: &[&Gpu], settings: &LabelSettings) {
+fn single_mig(
+    out: &mut Out,
+    on: &[&Gpu],
+    off: &[&Gpu],
+    settings: &LabelSettings,
+    device_facts: &DeviceFacts,
+) {
     let profiles: BTreeSet<&str> = on
         .iter()
         .flat_map(|g| g.mig_devices.iter().map(|m| m.profile.as_str()))
@@ -422,4 +452,5 @@ fn single_mig(out: &mut Out, on: &[&Gpu], off: &[&Gpu], settings: &LabelSettings
     }
     sharing(out, settings, "gpu", replicas);
     architecture(out, "gpu", parents.compute);
+    mig_attributes(out, "gpu", device_facts.mig_attributes.get(profile));
 }

@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::cli::labels::{self, Facts, LabelSettings};
+use crate::cli::labels::{self, DeviceFacts, Facts, LabelSettings};
 use crate::cli::{Cli, Command};
 use crate::inventory::{DriverInfo, Gpu, Inventory};
 use clap::Parser;
@@ -131,6 +131,7 @@ fn emitted_keys() -> Vec<String> {
         inventory: &inventory,
         from_nvml: true,
         machine: None,
+        devices: &DeviceFacts::default(),
     };
     labels::compute(&facts, &LabelSettings::default())
         .into_keys()
@@ -170,4 +171,93 @@ fn the_example_pod_selects_on_memory_and_compute_capability() {
     );
     let limits = &pod["spec"]["containers"][0]["resources"]["limits"];
     assert_eq!(limits["nvidia.com/gpu"], 1);
+}
+
+const NODE_FEATURE_DAEMONSET: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deployments/nvshim-labels-nodefeature.yml"
+);
+
+/// The NodeFeature variant: the labeller runs as a service account that may do what
+/// `node_feature::publish` and `remove` do (get, create, update, delete nodefeatures) in
+/// its own namespace, its args parse as nvshim's and select the NodeFeature output, and
+/// the node and namespace come from the downward API.
+#[test]
+fn the_node_feature_daemonset_publishes_with_its_service_account() {
+    let text = fs::read_to_string(NODE_FEATURE_DAEMONSET).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let (account, role, binding, ds) = (
+        find("ServiceAccount"),
+        find("Role"),
+        find("RoleBinding"),
+        find("DaemonSet"),
+    );
+    let namespace = &ds["metadata"]["namespace"];
+    for doc in [account, role, binding] {
+        assert_eq!(&doc["metadata"]["namespace"], namespace, "{}", doc["kind"]);
+    }
+    let rule = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| strings(&r["resources"]).contains(&"nodefeatures"))
+        .expect("a rule for nodefeatures");
+    assert_eq!(strings(&rule["apiGroups"]), ["nfd.k8s-sigs.io"]);
+    let verbs = strings(&rule["verbs"]);
+    for verb in ["get", "create", "update", "delete"] {
+        assert!(verbs.contains(&verb), "{verb} missing from {verbs:?}");
+    }
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(
+        binding["subjects"][0],
+        json!({"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": namespace})
+    );
+
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], account["metadata"]["name"]);
+    assert!(
+        pod.get("volumes").is_none(),
+        "no hostPath: the API replaces features.d"
+    );
+    let container = &pod["containers"][0];
+    let args = strings(&container["args"]);
+    let cli = Cli::try_parse_from(std::iter::once("nvshim").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let Command::Labels(args) = cli.command else {
+        panic!("not `nvshim labels`");
+    };
+    let field = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["valueFrom"]["fieldRef"]["fieldPath"].clone())
+    };
+    assert_eq!(field("NODE_NAME"), Some(json!("spec.nodeName")));
+    assert_eq!(field("NAMESPACE"), Some(json!("metadata.namespace")));
+    // As the kubelet fills them in.
+    let env = |name: &str| match name {
+        "NODE_NAME" => Some("gpu-node-1".to_string()),
+        "NAMESPACE" => Some("kube-system".to_string()),
+        _ => None,
+    };
+    let resolved = labels::gfd::resolve(&args, &env, &Default::default()).unwrap();
+    assert_eq!(
+        resolved.output,
+        labels::Output::NodeFeature {
+            node: "gpu-node-1".into(),
+            namespace: Some("kube-system".into()),
+        }
+    );
+    assert_eq!(resolved.interval, Some(std::time::Duration::from_secs(60)));
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
 }

@@ -5,11 +5,10 @@
 //! `MIG_STRATEGY`) and the `flags.gfd.*` keys of the config file, with the precedence
 //! flag > env > file > default, into one immutable [`Resolved`].
 //!
-//! What GFD does and nvshim does not do yet is refused by name rather than ignored:
-//! the NodeFeature API output (`--use-node-feature-api=true`) and the `tegra`/`vfio`
-//! discovery strategies. The Kubernetes client flags (`--kubeconfig`, `--namespace`,
-//! `--node-name`, …) only serve the NodeFeature output, as in GFD, so they are accepted
-//! and have no effect on the file output.
+//! What GFD does and nvshim does not do yet is refused by name rather than ignored: a
+//! `--kubeconfig` for the NodeFeature output (the in-cluster config only) and the
+//! `tegra`/`vfio` discovery strategies. `--node-name` and `--namespace` serve the
+//! NodeFeature output only, as in GFD.
 //!
 //! Pure: the environment comes in as a lookup, the config file as parsed settings.
 
@@ -19,6 +18,7 @@ use std::time::Duration;
 use clap::Args;
 use clap::builder::{OsStringValueParser, TypedValueParser};
 
+use super::feature_discovery::GFD_OUTPUT;
 use super::{DEFAULT_OUTPUT, LabelsError, MACHINE_TYPE_FILE, parse_interval};
 use crate::k8s_config::{DiscoveryStrategy, FileSettings, MigStrategy, Sharing, parse_go_bool};
 
@@ -39,6 +39,9 @@ pub mod env {
         ["GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"];
     pub const DEVICE_DISCOVERY_STRATEGY: &str = "DEVICE_DISCOVERY_STRATEGY";
     pub const DRIVER_ROOT_CTR_PATH: [&str; 2] = ["DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"];
+    pub const KUBECONFIG: &str = "KUBECONFIG";
+    pub const NODE_NAME: &str = "NODE_NAME";
+    pub const NAMESPACE: &str = "NAMESPACE";
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -63,8 +66,8 @@ pub struct LabelsArgs {
     #[arg(long = "sleep-interval", visible_alias = "interval", value_name = "DURATION",
           value_parser = parse_interval)]
     pub interval: Option<Duration>,
-    /// Leave out the nvidia.com/gfd.timestamp label (nvshim never writes it, so the file
-    /// changes only when the node does) [env: GFD_NO_TIMESTAMP]
+    /// Leave out the nvidia.com/gfd.timestamp label (then the file changes only when the
+    /// node does) [env: GFD_NO_TIMESTAMP] [default: false, as GFD]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub no_timestamp: Option<bool>,
@@ -86,8 +89,9 @@ pub struct LabelsArgs {
     /// [env: GFD_MACHINE_TYPE_FILE] [default: /sys/class/dmi/id/product_name]
     #[arg(long, value_name = "FILE")]
     pub machine_type_file: Option<PathBuf>,
-    /// Publish through NFD's NodeFeature API: not supported yet, false only (nvshim
-    /// writes the feature file) [env: GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API]
+    /// Publish the labels as NFD's NodeFeature object (nvidia-features-for-<node>) through
+    /// the API server, with the pod's in-cluster config, instead of the feature file
+    /// [env: GFD_USE_NODE_FEATURE_API, USE_NODE_FEATURE_API] [default: false]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub use_node_feature_api: Option<bool>,
@@ -103,24 +107,31 @@ pub struct LabelsArgs {
         value_name = "PATH"
     )]
     pub driver_root_ctr_path: Option<PathBuf>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBECONFIG]
+    /// A kubeconfig for the NodeFeature API: not supported, the in-cluster config only
+    /// (an error when set with --use-node-feature-api) [env: KUBECONFIG]
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBE_API_QPS]
+    /// Accepted, no effect: nvshim makes two or three requests a round [env: KUBE_API_QPS]
     #[arg(long, value_name = "QPS")]
     pub kube_api_qps: Option<f64>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: KUBE_API_BURST]
+    /// Accepted, no effect [env: KUBE_API_BURST]
     #[arg(long, value_name = "BURST")]
     pub kube_api_burst: Option<u32>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: NAMESPACE]
+    /// The NodeFeature object's namespace [env: NAMESPACE] [default: the service
+    /// account's namespace, else default]
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: NODE_NAME]
+    /// The node the NodeFeature object describes; required with --use-node-feature-api
+    /// [env: NODE_NAME]
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
-    /// For the NodeFeature API only (not supported yet): no effect [env: POD_NAME]
+    /// Accepted, no effect [env: POD_NAME]
     #[arg(long, value_name = "NAME")]
     pub pod_name: Option<String>,
+    /// GFD's defaults (loop every 60s, write `features.d/gfd`) instead of ours (once,
+    /// `features.d/nvshim`): set under the `gpu-feature-discovery` name.
+    #[arg(skip)]
+    pub gfd_defaults: bool,
 }
 
 /// Paths as given, the empty one included (GFD's stdout); clap's own rejects `""`.
@@ -133,6 +144,12 @@ fn any_path() -> impl TypedValueParser<Value = PathBuf> {
 pub enum Output {
     Stdout,
     File(PathBuf),
+    /// NFD's NodeFeature object for `node`, through the API server; the namespace
+    /// defaults to the service account's, else `default`.
+    NodeFeature {
+        node: String,
+        namespace: Option<String>,
+    },
 }
 
 /// Everything one `nvshim labels` run works with, resolved once.
@@ -149,6 +166,8 @@ pub struct Resolved {
     pub nvml_only: bool,
     /// Read the driver here instead of at `--driver-root`.
     pub driver_root: Option<PathBuf>,
+    /// Write `nvidia.com/gfd.timestamp` (GFD's default; `--no-timestamp` turns it off).
+    pub timestamp: bool,
 }
 
 /// The config file `args` or the environment name, if any.
@@ -184,9 +203,30 @@ pub fn resolve(
         .or(bool_envs(&env::USE_NODE_FEATURE_API)?)
         .or(gfd.use_node_feature_api)
         .unwrap_or(false);
-    if use_nfd_api {
-        return Err(LabelsError::NodeFeatureApi);
-    }
+    let node_feature = if use_nfd_api {
+        let kubeconfig = args.kubeconfig.clone().or_else(|| {
+            env(env::KUBECONFIG)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(path) = kubeconfig {
+            return Err(LabelsError::Kubeconfig(path));
+        }
+        let node = args
+            .node_name
+            .clone()
+            .or_else(|| env(env::NODE_NAME))
+            .filter(|v| !v.is_empty())
+            .ok_or(LabelsError::NodeName)?;
+        let namespace = args
+            .namespace
+            .clone()
+            .or_else(|| env(env::NAMESPACE))
+            .filter(|v| !v.is_empty());
+        Some(Output::NodeFeature { node, namespace })
+    } else {
+        None
+    };
 
     let strategy = match &args.device_discovery_strategy {
         Some(s) => Some(s.clone()),
@@ -208,7 +248,11 @@ pub fn resolve(
     }
 
     let oneshot = args.oneshot.or(bool_env(env::ONESHOT)?).or(gfd.oneshot);
-    bool_env(env::NO_TIMESTAMP)?;
+    let no_timestamp = args
+        .no_timestamp
+        .or(bool_env(env::NO_TIMESTAMP)?)
+        .or(gfd.no_timestamp)
+        .unwrap_or(false);
     let interval_env = env(env::SLEEP_INTERVAL)
         .filter(|v| !v.is_empty())
         .map(|v| parse_interval(&v).map_err(|e| e.in_origin(env::SLEEP_INTERVAL)))
@@ -225,6 +269,7 @@ pub fn resolve(
         // GFD loops by default; nvshim labels once unless asked to loop, and an explicit
         // "not oneshot" is that ask.
         (Some(false), None) => Some(DEFAULT_SLEEP_INTERVAL),
+        (None, None) if args.gfd_defaults => Some(DEFAULT_SLEEP_INTERVAL),
         (None, None) => None,
     };
 
@@ -233,9 +278,17 @@ pub fn resolve(
         .clone()
         .or_else(|| env(env::OUTPUT_FILE).map(PathBuf::from))
         .or_else(|| gfd.output_file.clone())
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_OUTPUT));
+        .unwrap_or_else(|| {
+            PathBuf::from(if args.gfd_defaults {
+                GFD_OUTPUT
+            } else {
+                DEFAULT_OUTPUT
+            })
+        });
     // GFD writes to stdout for an empty output file; `-` is our spelling.
-    let output = if output.as_os_str().is_empty() || output.as_os_str() == "-" {
+    let output = if let Some(node_feature) = node_feature {
+        node_feature
+    } else if output.as_os_str().is_empty() || output.as_os_str() == "-" {
         Output::Stdout
     } else {
         Output::File(output)
@@ -271,6 +324,7 @@ pub fn resolve(
             .clone()
             .or_else(|| first(env, &env::DRIVER_ROOT_CTR_PATH).map(PathBuf::from))
             .filter(|p| !p.as_os_str().is_empty()),
+        timestamp: !no_timestamp,
     })
 }
 

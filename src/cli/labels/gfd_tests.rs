@@ -83,6 +83,7 @@ fn default() -> Resolved {
         machine_type_file: MACHINE_TYPE_FILE.into(),
         nvml_only: false,
         driver_root: None,
+        timestamp: true,
     }
 }
 
@@ -244,7 +245,28 @@ fn gfd_flags_env_and_file_resolve() {
             &["--no-timestamp"],
             &[("GFD_NO_TIMESTAMP", "false")],
             None,
+            with(|r| r.timestamp = false),
+        ),
+        (
+            "GFD_NO_TIMESTAMP",
+            &[],
+            &[("GFD_NO_TIMESTAMP", "true")],
+            None,
+            with(|r| r.timestamp = false),
+        ),
+        (
+            "--no-timestamp=false over the file",
+            &["--no-timestamp=false"],
+            &[],
+            Some("flags: {gfd: {noTimestamp: true}}"),
             default(),
+        ),
+        (
+            "flags.gfd.noTimestamp",
+            &[],
+            &[],
+            Some("flags: {gfd: {noTimestamp: true}}"),
+            with(|r| r.timestamp = false),
         ),
         (
             "--use-node-feature-api=false",
@@ -252,6 +274,34 @@ fn gfd_flags_env_and_file_resolve() {
             &[("USE_NODE_FEATURE_API", "true")],
             None,
             default(),
+        ),
+        (
+            "--use-node-feature-api with --node-name and --namespace",
+            &[
+                "--use-node-feature-api",
+                "--node-name=n1",
+                "--namespace=gpus",
+            ],
+            &[("NODE_NAME", "other")],
+            None,
+            with(|r| {
+                r.output = Output::NodeFeature {
+                    node: "n1".into(),
+                    namespace: Some("gpus".into()),
+                }
+            }),
+        ),
+        (
+            "USE_NODE_FEATURE_API with NODE_NAME, no namespace",
+            &[],
+            &[("USE_NODE_FEATURE_API", "true"), ("NODE_NAME", "n2")],
+            None,
+            with(|r| {
+                r.output = Output::NodeFeature {
+                    node: "n2".into(),
+                    namespace: None,
+                }
+            }),
         ),
         (
             "nvml discovery",
@@ -351,25 +401,32 @@ fn gfd_flags_nvshim_lacks_fail_by_name() {
     );
     let cases: &[Case] = &[
         (
-            "NodeFeature API",
+            "NodeFeature API without a node name",
             &["--use-node-feature-api"],
             &[],
             None,
-            &["feature file only", "not supported yet"],
+            &["--node-name", "NODE_NAME"],
         ),
         (
-            "GFD_USE_NODE_FEATURE_API",
+            "GFD_USE_NODE_FEATURE_API without a node name",
             &[],
             &[("GFD_USE_NODE_FEATURE_API", "true")],
             None,
-            &["NodeFeature API"],
+            &["--node-name"],
         ),
         (
-            "flags.useNodeFeatureAPI",
+            "flags.useNodeFeatureAPI without a node name",
             &[],
             &[],
             Some("flags: {useNodeFeatureAPI: true}"),
-            &["NodeFeature API"],
+            &["--node-name"],
+        ),
+        (
+            "NodeFeature API with a kubeconfig",
+            &["--use-node-feature-api", "--node-name=n"],
+            &[("KUBECONFIG", "/root/.kube/config")],
+            None,
+            &["--kubeconfig /root/.kube/config", "in-cluster"],
         ),
         (
             "tegra",
@@ -455,4 +512,60 @@ fn gfd_config_file_from_flag_or_env() {
         super::gfd::config_file(&args, &env),
         Some(PathBuf::from("/flag"))
     );
+}
+
+/// Under the `gpu-feature-discovery` name: GFD's file and GFD's loop by default; its
+/// flags, variables and file keys still win.
+#[test]
+fn gfd_defaults_under_gfds_name() {
+    let gfd_args = |extra: &[&str]| {
+        let mut args = LabelsArgs {
+            gfd_defaults: true,
+            ..LabelsArgs::default()
+        };
+        if extra == ["--oneshot"] {
+            args.oneshot = Some(true);
+        }
+        args
+    };
+    let every_minute = Resolved {
+        output: Output::File(super::feature_discovery::GFD_OUTPUT.into()),
+        interval: Some(DEFAULT_SLEEP_INTERVAL),
+        ..default()
+    };
+    let file = FileSettings::default();
+    let cases = [
+        ("no flags", gfd_args(&[]), vec![], every_minute.clone()),
+        (
+            "--oneshot",
+            gfd_args(&["--oneshot"]),
+            vec![],
+            Resolved {
+                interval: None,
+                ..every_minute.clone()
+            },
+        ),
+        (
+            "GFD_ONESHOT",
+            gfd_args(&[]),
+            vec![("GFD_ONESHOT", "true")],
+            Resolved {
+                interval: None,
+                ..every_minute.clone()
+            },
+        ),
+        (
+            "GFD_OUTPUT_FILE",
+            gfd_args(&[]),
+            vec![("GFD_OUTPUT_FILE", "/x")],
+            Resolved {
+                output: Output::File("/x".into()),
+                ..every_minute.clone()
+            },
+        ),
+    ];
+    for (case, args, env, want) in cases {
+        let got = resolve(&args, &env_of(&env), &file).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(got, want, "{case}");
+    }
 }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-//! The `--interval` loop's wait: sleep until the next round unless SIGTERM or SIGINT comes
-//! first. The two signals are blocked and read from a signalfd, polled with the time left
-//! as the timeout, so a signal that arrives during a round is kept until the wait (not
-//! fatal, and not lost). No async runtime: the core library links none.
+//! The `--interval` loop's wait: sleep until the next round unless a signal comes first:
+//! SIGTERM, SIGINT or SIGQUIT stop the loop, SIGHUP reloads (GFD's signals). They are
+//! blocked and read from a signalfd, polled with the time left as the timeout, so a signal
+//! that arrives during a round is kept until the wait (not fatal, and not lost). No async
+//! runtime: the core library links none.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -12,19 +13,41 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-/// SIGTERM and SIGINT, blocked on this thread and readable from a signalfd while this
-/// lives; the thread's previous mask comes back when it is dropped. Threads started
-/// while it lives inherit the mask, so the signals reach the signalfd, not them.
+/// What ended a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The interval passed: time for the next round.
+    Elapsed,
+    /// SIGTERM, SIGINT or SIGQUIT: stop.
+    Stop,
+    /// SIGHUP: read the config again and relabel now.
+    Reload,
+}
+
+/// The loop's signals, blocked on this thread and readable from a signalfd while this
+/// lives; the thread's previous mask comes back when it is dropped. Threads started while
+/// it lives inherit the mask, so the signals reach the signalfd, not them.
 pub(crate) struct StopSignals {
     fd: SignalFd,
     previous: SigSet,
 }
 
 impl StopSignals {
-    pub(crate) fn listen() -> io::Result<Self> {
+    pub(super) fn listen() -> io::Result<Self> {
+        Self::listen_to(&[
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+            Signal::SIGHUP,
+        ])
+    }
+
+    /// Blocks `signals` and reads them from a signalfd instead.
+    pub(crate) fn listen_to(signals: &[Signal]) -> io::Result<Self> {
         let mut stop = SigSet::empty();
-        stop.add(Signal::SIGTERM);
-        stop.add(Signal::SIGINT);
+        for signal in signals {
+            stop.add(*signal);
+        }
         let mut previous = SigSet::empty();
         pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stop), Some(&mut previous))?;
         match SignalFd::with_flags(&stop, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
@@ -36,16 +59,20 @@ impl StopSignals {
         }
     }
 
-    /// Waits `interval`; `true` when SIGTERM or SIGINT came first.
-    pub(crate) fn wait(&self, interval: Duration) -> io::Result<bool> {
+    /// Waits `interval`, or until a signal.
+    pub(crate) fn wait(&self, interval: Duration) -> io::Result<Wake> {
         let deadline = Instant::now() + interval;
         loop {
-            if self.fd.read_signal()?.is_some() {
-                return Ok(true);
+            if let Some(info) = self.fd.read_signal()? {
+                return Ok(if info.ssi_signo == Signal::SIGHUP as u32 {
+                    Wake::Reload
+                } else {
+                    Wake::Stop
+                });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(false);
+                return Ok(Wake::Elapsed);
             }
             // poll takes at most i32::MAX ms (about 24 days); a longer wait polls again.
             let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
@@ -61,7 +88,7 @@ impl StopSignals {
     }
 }
 
-/// Readable once SIGTERM or SIGINT is pending: what `metrics_server::serve` stops on.
+/// Readable once one of the signals is pending: what `metrics_server::serve` stops on.
 impl std::os::fd::AsFd for StopSignals {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
@@ -81,25 +108,34 @@ mod tests {
 
     use nix::sys::signal::{Signal, raise};
 
-    use super::StopSignals;
+    use super::{StopSignals, Wake};
 
     #[test]
     fn the_interval_passes_without_a_signal() {
         let stop = StopSignals::listen().unwrap();
         let start = Instant::now();
-        assert!(!stop.wait(Duration::from_millis(50)).unwrap());
+        assert_eq!(stop.wait(Duration::from_millis(50)).unwrap(), Wake::Elapsed);
         assert!(start.elapsed() >= Duration::from_millis(50));
     }
 
     /// A signal that came before the wait (during a round) ends it at once; `raise`
     /// sends to this thread, where the signal is blocked, so it waits for the signalfd.
     #[test]
-    fn sigterm_or_sigint_ends_the_wait() {
-        for signal in [Signal::SIGTERM, Signal::SIGINT] {
+    fn signals_end_the_wait() {
+        for (signal, want) in [
+            (Signal::SIGTERM, Wake::Stop),
+            (Signal::SIGINT, Wake::Stop),
+            (Signal::SIGQUIT, Wake::Stop),
+            (Signal::SIGHUP, Wake::Reload),
+        ] {
             let stop = StopSignals::listen().unwrap();
             raise(signal).unwrap();
             let start = Instant::now();
-            assert!(stop.wait(Duration::from_secs(30)).unwrap(), "case {signal}");
+            assert_eq!(
+                stop.wait(Duration::from_secs(30)).unwrap(),
+                want,
+                "case {signal}"
+            );
             assert!(start.elapsed() < Duration::from_secs(10), "case {signal}");
         }
     }

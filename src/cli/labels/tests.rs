@@ -30,7 +30,7 @@ fn gpu(index: u32, name: &str, memory_gib: u64, cc: &str) -> Gpu {
     }
 }
 
-fn a100(index: u32) -> Gpu {
+pub(super) fn a100(index: u32) -> Gpu {
     gpu(index, A100, 80, "8.0")
 }
 
@@ -41,7 +41,7 @@ fn t4(index: u32) -> Gpu {
     }
 }
 
-fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
+pub(super) fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
     gpu.mig_enabled = Some(true);
     gpu.mig_devices = profiles
         .iter()
@@ -58,7 +58,7 @@ fn with_migs(mut gpu: Gpu, profiles: &[(&str, u64)]) -> Gpu {
     gpu
 }
 
-fn inventory(gpus: Vec<Gpu>) -> Inventory {
+pub(super) fn inventory(gpus: Vec<Gpu>) -> Inventory {
     Inventory {
         driver: DriverInfo {
             version: "550.54.15".to_string(),
@@ -73,6 +73,7 @@ fn labels_of(inventory: &Inventory, settings: &LabelSettings) -> Labels {
         inventory,
         from_nvml: true,
         machine: Some("DGX A100\n"),
+        devices: &DeviceFacts::default(),
     };
     let labels = compute(&facts, settings);
     for (key, value) in &labels {
@@ -82,7 +83,7 @@ fn labels_of(inventory: &Inventory, settings: &LabelSettings) -> Labels {
     labels
 }
 
-fn strategy(mig_strategy: MigStrategy) -> LabelSettings {
+pub(super) fn strategy(mig_strategy: MigStrategy) -> LabelSettings {
     LabelSettings {
         mig_strategy,
         sharing: None,
@@ -122,7 +123,7 @@ fn shared(
 type Want = &'static [(&'static str, Option<&'static str>)];
 
 /// Checks `want` (`Some` = that value, `None` = absent) against the labels.
-fn check(case: &str, labels: &Labels, want: &[(&str, Option<&str>)]) {
+pub(super) fn check(case: &str, labels: &Labels, want: &[(&str, Option<&str>)]) {
     for (name, value) in want {
         let key = format!("{PREFIX}{name}");
         assert_eq!(
@@ -402,6 +403,7 @@ fn what_procfs_cannot_tell_is_left_out() {
         inventory: &node,
         from_nvml: false,
         machine: None,
+        devices: &DeviceFacts::default(),
     };
     let labels = compute(&facts, &strategy(MigStrategy::None));
     check(

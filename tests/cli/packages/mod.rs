@@ -122,6 +122,7 @@ fn package_set() -> Vec<Package> {
             name: NVSHIM,
             entries: vec![
                 ("/usr/bin/nvidia-device-plugin", File(0o755)),
+                ("/usr/bin/gpu-feature-discovery", Link("nvidia-ctk")),
                 ("/usr/share/doc/nvshim/README.md", File(0o644)),
             ],
         },

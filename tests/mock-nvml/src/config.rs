@@ -3,6 +3,7 @@
 //! it; unknown fields are rejected on both levels so a typo on either side shows up as a
 //! failed `nvmlInit` instead of a silently different node.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -73,6 +74,71 @@ pub struct GpuConfig {
     /// The metrics exporter's readings (`telemetry.rs`); none: all `NOT_SUPPORTED`.
     #[serde(default)]
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
+    /// What gpu-feature-discovery's extra queries answer (fabric, MIG attributes);
+    /// without it both answer `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub gfd: Option<GfdConfig>,
+}
+
+/// A GPU's answers to the fabric and MIG attribute calls.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GfdConfig {
+    /// `nvmlDeviceGetGpuFabricInfo`; none: `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub fabric: Option<FabricConfig>,
+    /// `nvmlDeviceGetAttributes_v2` of this GPU's MIG devices, by profile (`1g.10gb`); a
+    /// profile not listed answers `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub mig_attributes: BTreeMap<String, MigAttributesConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricConfig {
+    /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (hex, dashes optional).
+    pub cluster_uuid: String,
+    pub clique_id: u32,
+    /// `NVML_GPU_FABRIC_STATE_*`; default 3, completed.
+    #[serde(default = "fabric_completed")]
+    pub state: u8,
+    /// The registration's `nvmlReturn_t`; default 0, success.
+    #[serde(default)]
+    pub status: u32,
+}
+
+fn fabric_completed() -> u8 {
+    3
+}
+
+impl FabricConfig {
+    /// The UUID's 16 bytes; `None` when it is not 32 hex digits.
+    pub fn cluster_uuid_bytes(&self) -> Option<[u8; 16]> {
+        let hex: Vec<u8> = self.cluster_uuid.bytes().filter(|b| *b != b'-').collect();
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
+            *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+        }
+        Some(out)
+    }
+}
+
+/// `nvmlDeviceAttributes_t` of one MIG profile.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigAttributesConfig {
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
+    pub gpu_instance_slices: u32,
+    pub compute_instance_slices: u32,
+    pub memory_mib: u64,
 }
 
 fn zero() -> Option<u32> {

@@ -157,6 +157,9 @@ macro_rules! nvml_exports {
     )*};
 }
 
+// After the macro, so that the module can use it.
+mod partition;
+
 fn init(_flags: c_uint) -> Result<(), Ret> {
     match state().init() {
         code::SUCCESS => Ok(()),

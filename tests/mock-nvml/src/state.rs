@@ -28,6 +28,7 @@ pub mod code {
     pub const DRIVER_NOT_LOADED: u32 = 9;
     pub const TIMEOUT: u32 = 10;
     pub const GPU_IS_LOST: u32 = 15;
+    pub const ARGUMENT_VERSION_MISMATCH: u32 = 25;
     pub const UNKNOWN: u32 = 999;
 }
 

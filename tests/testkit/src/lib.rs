@@ -37,6 +37,7 @@ mod mock_config;
 mod mock_telemetry;
 mod mps;
 mod node;
+mod pci;
 mod procfs;
 mod rootfs;
 mod spec;
@@ -62,12 +63,16 @@ pub use graphics::{
     DRM_MAJOR, EGL_PLATFORM_DIR, EGL_PLATFORMS, EGL_VENDOR, EglPlatform, VGA_BUS_ID, VULKAN_ICD,
     VULKAN_LAYERS, XORG_DRIVER, XORG_EXTENSIONS, application_profiles, drm_nodes,
 };
-pub use mock_config::{MockConfig, MockGpu, MockMigDevice, MockNvLink, MockXidEvent};
+pub use mock_config::{
+    MockConfig, MockFabric, MockGfd, MockGpu, MockMigAttributes, MockMigDevice, MockNvLink,
+    MockXidEvent,
+};
 pub use mock_telemetry::{
     MockEcc, MockGpm, MockMigTelemetry, MockRemappedRows, MockRetiredPages, MockTelemetry,
 };
 pub use mps::{FAKE_MPS_CONTROL, MPS_PID_FILE, MPS_RECORD_FILE, mps_record};
 pub use node::{MOCK_CONFIG_FILE, MOCK_NVML_CALL_LOG_ENV, MOCK_NVML_CONFIG_ENV, SimNode};
+pub use pci::{PCI_CLASS_3D, PCI_CLASS_VGA, SYSFS_PCI_DEVICES, make_vgpu, set_pci_class};
 pub use procfs::{capability_file, version_file};
 pub use rootfs::{
     BASE_LIBRARIES, BUSYBOX_APPLETS, GlibcRootfs, glibc_rootfs, runc_bundle, tar_rootfs,

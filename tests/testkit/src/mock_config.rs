@@ -3,6 +3,7 @@
 //! rest of the node. Field names and nesting are exactly what the mock accepts (it rejects unknown
 //! fields), so this module is the testkit's half of that contract.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
@@ -55,6 +56,45 @@ pub struct MockGpu {
     /// them `NOT_SUPPORTED`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<MockTelemetry>,
+    /// What gpu-feature-discovery's extra queries (fabric, MIG attributes) answer; left
+    /// out of the file when `None` (both then answer `NOT_SUPPORTED`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gfd: Option<MockGfd>,
+}
+
+/// A GPU's NVLink fabric registration and its MIG profiles' attributes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MockGfd {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<MockFabric>,
+    /// By MIG profile name (`1g.10gb`).
+    pub mig_attributes: BTreeMap<String, MockMigAttributes>,
+}
+
+/// `nvmlGpuFabricInfo_t`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MockFabric {
+    /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub cluster_uuid: String,
+    pub clique_id: u32,
+    /// `NVML_GPU_FABRIC_STATE_*` (3: completed).
+    pub state: u8,
+    /// The registration's `nvmlReturn_t` (0: success).
+    pub status: u32,
+}
+
+/// `nvmlDeviceAttributes_t` of a MIG profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MockMigAttributes {
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
+    pub gpu_instance_slices: u32,
+    pub compute_instance_slices: u32,
+    pub memory_mib: u64,
 }
 
 /// What a node's GPUs read unless a test says otherwise: an idle A100 (the mock's own
@@ -129,6 +169,7 @@ impl MockConfig {
                     power_milliwatts: Some(IDLE_POWER_MILLIWATTS),
                     sm_clock_mhz: Some(IDLE_SM_CLOCK_MHZ),
                     telemetry: None,
+                    gfd: None,
                 })
                 .collect(),
             xid_events: spec

@@ -71,6 +71,7 @@ impl SimNode {
         fs::remove_dir_all(&scratch).map_err(io_err("removing", &scratch))?;
         procfs::build(&node.proc_root, spec)?;
         crate::graphics::build_sysfs(&node.dir, spec)?;
+        crate::pci::build(&node.dir, spec)?;
 
         let event_file = node.dir.join("xid-events");
         files::write(&event_file, "", 0o644)?;

@@ -21,6 +21,7 @@ fn gpu(uuid: &str, bus_id: &str, minor: u32) -> GpuConfig {
         power_milliwatts: Some(60_000),
         sm_clock_mhz: Some(1410),
         telemetry: None,
+        gfd: None,
     }
 }
 

@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod cdi_schema;
+pub mod nfd_schema;
 pub mod podman;
 
 use std::process::Output;
