@@ -103,19 +103,14 @@ impl Exporter {
         let driver_version = nvml.driver_version()?;
         let mut gpus = Vec::new();
         for index in 0..nvml.device_count()? {
-            let device = nvml.device_by_index(index)?;
-            gpus.push(Gpu {
-                index,
-                index_text: index.to_string(),
-                uuid: device.uuid()?,
-                bus_id: device.pci_info()?.bus_id,
-                device: device
-                    .minor_number()
-                    .map(|minor| format!("nvidia{minor}"))
-                    .unwrap_or_default(),
-                model: device.name()?,
-                instances: instances_of(&device),
-            });
+            // A GPU NVML cannot describe (fallen off the bus, say) is left out; the others
+            // are still exported.
+            match gpu_at(&nvml, index) {
+                Ok(gpu) => gpus.push(gpu),
+                Err(error) => {
+                    tracing::warn!(index, %error, "GPU left out of the metrics: NVML cannot describe it");
+                }
+            }
         }
         let wanted = |field| counters.contains(field);
         let xids = counters
@@ -366,6 +361,23 @@ fn for_holders(holders: &[Holder], base: &[(&str, &str)], mut emit: impl FnMut(&
         }
         emit(&labels);
     }
+}
+
+/// The GPU at NVML index `index`, with its MIG instances.
+fn gpu_at(nvml: &Nvml, index: u32) -> Result<Gpu, NvmlError> {
+    let device = nvml.device_by_index(index)?;
+    Ok(Gpu {
+        index,
+        index_text: index.to_string(),
+        uuid: device.uuid()?,
+        bus_id: device.pci_info()?.bus_id,
+        device: device
+            .minor_number()
+            .map(|minor| format!("nvidia{minor}"))
+            .unwrap_or_default(),
+        model: device.name()?,
+        instances: instances_of(&device),
+    })
 }
 
 /// The MIG GPU instances of a GPU in MIG mode (none otherwise), grouping its MIG devices

@@ -389,3 +389,28 @@ fn each_scrape_reads_the_gpus_again() -> TestResult {
         Ok(())
     })
 }
+
+#[test]
+fn a_gpu_lost_before_the_start_is_left_out() -> TestResult {
+    in_child("a_gpu_lost_before_the_start_is_left_out", |nvml| {
+        let lost = nvml.device_by_index(2)?.uuid()?;
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(std::env::var(CONFIG_ENV)?)?)?;
+        let events = config["event_file"].as_str().ok_or("no event_file")?;
+        std::fs::write(events, format!("{lost} gone\n"))?;
+        let csv = "DCGM_FI_DEV_GPU_TEMP, gauge, t\n";
+        let exporter = Exporter::new(
+            Arc::clone(&nvml),
+            Counters::parse(csv, "t.csv")?,
+            HOST.into(),
+        )?;
+        let families = render(&exporter, &Holders::default())?;
+        let gpus: Vec<&str> = families["DCGM_FI_DEV_GPU_TEMP"]
+            .samples
+            .iter()
+            .map(|s| s.labels[0].1.as_str())
+            .collect();
+        assert_eq!(gpus, ["0", "1"]);
+        Ok(())
+    })
+}
