@@ -26,6 +26,19 @@ pub struct Counter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counters {
     pub counters: Vec<Counter>,
+    /// DCGM fields the file names that we do not serve (no NVML source): `(line, name)`.
+    /// Left out with a warning, so that dcgm-exporter's own files (its
+    /// `dcp-metrics-included.csv`, say) work unchanged.
+    pub skipped: Vec<(usize, String)>,
+}
+
+/// Whether `name` has the form of a DCGM field (`DCGM_FI_…`, or dcgm-exporter's own
+/// `DCGM_EXP_…`): upper-case letters, digits and underscores.
+fn is_dcgm_name(name: &str) -> bool {
+    (name.starts_with("DCGM_FI_") || name.starts_with("DCGM_EXP_"))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// Why a collectors file cannot be used.
@@ -71,7 +84,7 @@ impl fmt::Display for LineProblem {
                 let known: Vec<&str> = catalogue::CATALOGUE.iter().map(|i| i.name()).collect();
                 write!(
                     f,
-                    "unknown or unsupported field {field:?}; supported fields: {}",
+                    "{field:?} is not a DCGM field name (DCGM_FI_… in upper case); supported fields: {}",
                     known.join(", ")
                 )
             }
@@ -108,6 +121,7 @@ impl Counters {
                 tracing::error!(%error, "the built-in metrics set does not parse");
                 Counters {
                     counters: Vec::new(),
+                    skipped: Vec::new(),
                 }
             }
         }
@@ -126,6 +140,7 @@ impl Counters {
     pub fn parse(text: &str, origin: &str) -> Result<Counters, CollectorsError> {
         let mut counters: Vec<Counter> = Vec::new();
         let mut lines_of: Vec<usize> = Vec::new();
+        let mut skipped = Vec::new();
         for (at, raw) in text.lines().enumerate() {
             let line = at + 1;
             let error = |problem| CollectorsError::Line {
@@ -144,6 +159,16 @@ impl Counters {
                 return Err(error(LineProblem::TooFewValues(trimmed.to_string())));
             };
             let Some(info) = catalogue::lookup(name) else {
+                if is_dcgm_name(name) {
+                    tracing::warn!(
+                        file = origin,
+                        line,
+                        field = name,
+                        "a DCGM field nvshim does not serve (no NVML source); left out"
+                    );
+                    skipped.push((line, name.to_string()));
+                    continue;
+                }
                 return Err(error(LineProblem::UnknownField(name.to_string())));
             };
             let Some(kind) = MetricKind::parse(kind) else {
@@ -172,7 +197,7 @@ impl Counters {
             });
             lines_of.push(line);
         }
-        Ok(Counters { counters })
+        Ok(Counters { counters, skipped })
     }
 
     /// The set in the CSV format (what [`Counters::parse`] reads back to the same set).
@@ -240,9 +265,13 @@ mod tests {
     fn errors_name_the_file_line_value_and_what_is_valid() {
         let cases = [
             (
-                "unknown field",
-                "\nDCGM_FI_DEV_BOGUS, gauge, x\n",
-                &["f.csv:2:", "\"DCGM_FI_DEV_BOGUS\"", "DCGM_FI_DEV_SM_CLOCK"][..],
+                "not a field name",
+                "\ndcgm_fi_dev_gpu_temp, gauge, x\n",
+                &[
+                    "f.csv:2:",
+                    "\"dcgm_fi_dev_gpu_temp\"",
+                    "DCGM_FI_DEV_SM_CLOCK",
+                ][..],
             ),
             (
                 "bad type",
@@ -324,9 +353,30 @@ mod tests {
                     unique.push(counter);
                 }
             }
-            let set = Counters { counters: unique };
+            let set = Counters {
+                counters: unique,
+                skipped: Vec::new(),
+            };
             let parsed = Counters::parse(&set.to_csv(), "generated");
             prop_assert_eq!(parsed.ok(), Some(set));
         }
+    }
+
+    #[test]
+    fn dcgm_fields_we_do_not_serve_are_left_out_not_refused() {
+        let text = "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+                    DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status\n\
+                    DCGM_FI_PROF_SM_ACTIVE, gauge, x\n\
+                    DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n";
+        let counters = Counters::parse(text, "dcp-metrics-included.csv").unwrap();
+        assert_eq!(counters.counters.len(), 1);
+        assert_eq!(
+            counters.skipped,
+            [
+                (2, "DCGM_FI_DEV_VGPU_LICENSE_STATUS".to_string()),
+                (3, "DCGM_FI_PROF_SM_ACTIVE".to_string()),
+                (4, "DCGM_EXP_XID_ERRORS_COUNT".to_string()),
+            ]
+        );
     }
 }

@@ -37,7 +37,7 @@ pub(super) fn render(exporter: &Exporter, containers: &[ContainerDevices], out: 
 /// The `Hostname` label: the node's name as the DaemonSet passes it (`NODE_NAME`, from
 /// the downward API, as for dcgm-exporter), else the host name.
 pub(super) fn hostname() -> String {
-    std::env::var("NODE_NAME")
+    std::env::var(super::ENV_NODE_NAME)
         .ok()
         .filter(|name| !name.is_empty())
         .or_else(|| {

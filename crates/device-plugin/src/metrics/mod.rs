@@ -60,6 +60,9 @@ pub(crate) use http::serve;
 
 /// The prefix of every metric name.
 pub const PREFIX: &str = "nvshim";
+/// The node's name, for the `Hostname` label (dcgm-exporter's variable; the DaemonSet
+/// sets it from the downward API).
+pub const ENV_NODE_NAME: &str = "NODE_NAME";
 /// The `Content-Type` of a scrape with our names: OpenMetrics text, which Prometheus
 /// asks for first.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

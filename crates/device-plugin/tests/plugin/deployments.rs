@@ -60,7 +60,14 @@ fn the_probes_use_the_address_the_plugin_is_told_to_serve() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .map(|e| {
+            let value = e["value"].as_str().unwrap_or_else(|| {
+                // Only the node's name comes from the downward API.
+                assert_eq!(e["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+                ""
+            });
+            (e["name"].as_str().unwrap(), value)
+        })
         .collect();
     let addr = env
         .iter()
@@ -81,6 +88,7 @@ fn the_probes_use_the_address_the_plugin_is_told_to_serve() {
         config::ENV_MIG_STRATEGY,
         config::ENV_DEVICE_LIST_STRATEGY,
         config::ENV_DEVICE_ID_STRATEGY,
+        nvshim_device_plugin::metrics::ENV_NODE_NAME,
     ];
     for (key, value) in env {
         assert!(known.contains(&key), "{key}={value}");

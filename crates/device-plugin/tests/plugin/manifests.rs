@@ -79,21 +79,48 @@ fn every_manifest_passes_kubernetes_validate_and_kustomize() {
         "a string containerPort passed:\n{text}"
     );
 
-    // All of them as one kustomization (kustomize wants them inside its directory).
-    let mut resources = String::from("resources:\n");
-    for file in &files {
-        let name = file.file_name().unwrap().to_str().unwrap();
-        fs::copy(file, dir.path().join(name)).unwrap();
-        resources.push_str(&format!("  - {name}\n"));
+    // All of them as one kustomization (kustomize wants them inside its directory); a
+    // manifest that replaces another goes in a kustomization of its own, in its place.
+    let name = |file: &PathBuf| file.file_name().unwrap().to_str().unwrap().to_owned();
+    let names: Vec<String> = files.iter().map(name).collect();
+    let mut sets: Vec<Vec<&str>> = vec![
+        names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !ALTERNATIVES.iter().any(|(alt, _)| alt == n))
+            .collect(),
+    ];
+    for (alternative, replaces) in ALTERNATIVES {
+        assert!(names.iter().any(|n| n == alternative), "{alternative}");
+        sets.push(
+            sets[0]
+                .iter()
+                .copied()
+                .filter(|n| *n != replaces)
+                .chain([alternative])
+                .collect(),
+        );
     }
-    fs::write(dir.path().join("kustomization.yaml"), resources).unwrap();
-    let (ok, text) = run(
-        Command::new("kubectl").arg("kustomize").arg(dir.path()),
-        "kubectl",
-    );
-    assert!(ok, "kubectl kustomize:\n{text}");
-    assert!(text.contains("name: nvshim-exporter"), "{text}");
+    for set in sets {
+        let dir = tempfile::tempdir().unwrap();
+        let mut resources = String::from("resources:\n");
+        for name in &set {
+            fs::copy(deployments().join(name), dir.path().join(name)).unwrap();
+            resources.push_str(&format!("  - {name}\n"));
+        }
+        fs::write(dir.path().join("kustomization.yaml"), resources).unwrap();
+        let (ok, text) = run(
+            Command::new("kubectl").arg("kustomize").arg(dir.path()),
+            "kubectl",
+        );
+        assert!(ok, "kubectl kustomize {set:?}:\n{text}");
+        assert!(text.contains("name: nvshim-exporter"), "{text}");
+    }
 }
+
+/// Manifests that replace another (the same objects, deployed another way): `(file,
+/// the file it replaces)`.
+const ALTERNATIVES: [(&str, &str); 1] = [("nvshim-labels-nodefeature.yml", "nvshim-labels.yml")];
 
 #[test]
 fn the_exporter_daemonset_has_dcgm_exporters_shape() {
