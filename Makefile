@@ -102,7 +102,7 @@ bench: static-runtime
 	$(CARGO) build --workspace --release
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench create
 	$(CARGO) bench --bench pipeline
-	$(CARGO) bench --bench exporter
+	NVSHIM_BENCH_NVSHIM=$(CURDIR)/target/release/nvshim $(CARGO) bench --bench exporter
 	NVSHIM_BENCH_PLUGIN=$(CURDIR)/target/release/nvidia-device-plugin $(CARGO) bench -p nvshim-device-plugin --bench plugin
 	NVSHIM_BENCH_RUNTIME=$(CURDIR)/$(STATIC_DIR)/nvidia-container-runtime $(CARGO) bench --bench hook
 

@@ -1,5 +1,9 @@
 //! The metrics exporter's scrape: `Exporter::render` of the default set for a simulated
 //! 8-GPU node whose GPUs have every reading (mock NVML), two containers holding each GPU.
+//! Also what one mock NVML call costs and how many calls a render makes, to tell our own
+//! work from the mock's (every mock call reads its event file and stats its config), and,
+//! with `NVSHIM_BENCH_NVSHIM` set to a release `nvshim`, the resident memory of a running
+//! `nvshim exporter` process at start and after 10,000 scrapes over HTTP.
 //!
 //! `make bench` (or `cargo bench --bench exporter` after `cargo build --workspace
 //! --release`) first prints the process's resident memory before and after 10,000
@@ -23,6 +27,8 @@ const RSS_RENDERS: usize = 10_000;
 
 struct Fixture {
     _dir: tempfile::TempDir,
+    nvml: Arc<Nvml>,
+    library: std::path::PathBuf,
     exporter: Exporter,
     holders: Holders,
 }
@@ -77,8 +83,12 @@ fn fixture() -> &'static Fixture {
             .lib_dir()
             .join(format!("libnvidia-ml.so.{}", node.library_version()));
         let nvml = Arc::new(Nvml::load(Path::new(&library)).expect("load the mock NVML"));
-        let exporter = Exporter::new(nvml, Counters::default_set(), "bench-node".into())
-            .expect("start the exporter");
+        let exporter = Exporter::new(
+            Arc::clone(&nvml),
+            Counters::default_set(),
+            "bench-node".into(),
+        )
+        .expect("start the exporter");
         let containers: Vec<ContainerDevices> = (0..16)
             .map(|n| ContainerDevices {
                 pod: format!("pod-{n}"),
@@ -91,6 +101,8 @@ fn fixture() -> &'static Fixture {
         let holders = Holders::from_containers(&exporter, &containers);
         Fixture {
             _dir: dir,
+            nvml,
+            library,
             exporter,
             holders,
         }
@@ -108,6 +120,104 @@ fn rss_kib() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page_size).unwrap_or(4096) / 1024
+}
+
+/// One cheap mock NVML call, the unit of the mock's own cost in a render.
+#[divan::bench]
+fn one_mock_nvml_call(bencher: divan::Bencher) {
+    let fixture = fixture();
+    bencher.bench_local(|| fixture.nvml.device_count().ok());
+}
+
+/// How many NVML calls one render makes (the mock's call log, for one render).
+fn calls_per_render(fixture: &Fixture) -> usize {
+    let log = fixture._dir.path().join("calls.log");
+    // SAFETY: runs in `main` before divan starts any benchmark thread.
+    unsafe { std::env::set_var("MOCK_NVML_CALL_LOG", &log) };
+    let mut out = String::new();
+    fixture.exporter.render(&fixture.holders, &mut out);
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("MOCK_NVML_CALL_LOG") };
+    std::fs::read_to_string(&log).map_or(0, |text| text.lines().count())
+}
+
+/// Resident memory of process `pid` (`VmRSS`, `RssAnon`, `RssFile`), in KiB.
+fn process_rss_kib(pid: u32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("RssAnon:"), field("RssFile:"))
+}
+
+/// `nvshim exporter` as a process on the fixture's node: resident memory once it serves,
+/// and after `RSS_RENDERS` scrapes on one kept-alive connection.
+fn exporter_process(nvshim: &Path, library: &Path) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut child = std::process::Command::new(nvshim)
+        .arg("--debug")
+        .arg("--nvml-lib")
+        .arg(library)
+        .args(["exporter", "-a", "127.0.0.1:0", "-c", "0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start nvshim exporter");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let at = line.find("addr=")?;
+            line[at + 5..].split_whitespace().next().map(str::to_owned)
+        })
+        .expect("the exporter's address in its log");
+    std::thread::spawn(move || lines.for_each(drop));
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    let scrape = |stream: &mut std::net::TcpStream| {
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+            .expect("send");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).expect("head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("content-length");
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).expect("body");
+    };
+    scrape(&mut stream);
+    let start = process_rss_kib(child.id());
+    let mut stream = stream;
+    for n in 1..RSS_RENDERS {
+        // A fresh connection every 100 scrapes: the server closes kept-alive ones then.
+        if n % 100 == 0 {
+            stream = std::net::TcpStream::connect(&addr).expect("connect");
+        }
+        scrape(&mut stream);
+    }
+    let end = process_rss_kib(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!(
+        "| nvshim exporter process, RSS after 1 scrape (anon + file) | {} KiB ({} + {}) |",
+        start.0, start.1, start.2
+    );
+    eprintln!(
+        "| nvshim exporter process, RSS after {RSS_RENDERS} scrapes (anon + file) | {} KiB ({} + {}) |",
+        end.0, end.1, end.2
+    );
 }
 
 /// One scrape of the default set, 8 GPUs, 16 holders (two replicas per GPU).
@@ -139,5 +249,9 @@ fn main() {
     eprintln!("| bytes per scrape | {} |", out.len());
     eprintln!("| RSS before {RSS_RENDERS} renders | {before} KiB |");
     eprintln!("| RSS after {RSS_RENDERS} renders | {after} KiB |");
+    eprintln!("| NVML calls per render | {} |", calls_per_render(fixture));
+    if let Some(nvshim) = std::env::var_os("NVSHIM_BENCH_NVSHIM") {
+        exporter_process(Path::new(&nvshim), &fixture.library);
+    }
     divan::main();
 }

@@ -23,14 +23,9 @@ use prometheus_client::registry::Unit;
 use super::pods::{DeviceIds, Holder, Holders};
 use crate::health::HealthBoard;
 use crate::resources::Resource;
+use nvshim::exporter::XidWatch;
 use nvshim::inventory::Inventory;
-use nvshim::nvml::{
-    Clock, Device, EVENT_TYPE_XID_CRITICAL_ERROR, MemoryInfo, Nvml, NvmlError, SharedEventSet,
-    Utilization,
-};
-
-/// The most XID events one scrape takes off the event set; the rest wait for the next.
-const MAX_EVENTS_PER_SCRAPE: usize = 4096;
+use nvshim::nvml::{Clock, Device, MemoryInfo, Nvml, NvmlError, Utilization};
 
 /// Labels of the XID counter. Pod labels are left off on purpose: a counter must keep one
 /// identity for as long as the GPU does, whoever holds it.
@@ -50,24 +45,21 @@ struct GpuName {
     model: String,
 }
 
-/// Where the XID events come from.
-#[derive(Debug)]
-enum Events {
-    Watching(SharedEventSet),
-    /// Creating or waiting on the set failed; it is built again at the next scrape.
-    Broken,
-    /// The library has no event API: XIDs are not counted.
-    Unsupported,
-}
-
 /// The served node, as the metrics sample it.
-#[derive(Debug)]
 pub(super) struct NodeView {
     nvml: Arc<Nvml>,
     gpus: Vec<GpuName>,
     board: Arc<HealthBoard>,
     ids: DeviceIds,
-    events: Mutex<Events>,
+    xids: Mutex<XidWatch>,
+}
+
+impl std::fmt::Debug for NodeView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeView")
+            .field("gpus", &self.gpus)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One GPU's readings at one scrape.
@@ -101,13 +93,13 @@ impl NodeView {
                 model: gpu.name.clone(),
             })
             .collect();
-        let events = watch_xids(nvml, &gpus);
+        let xids = XidWatch::new(nvml, gpus.iter().map(|gpu| gpu.uuid.clone()).collect());
         NodeView {
             nvml: Arc::clone(nvml),
             gpus,
             board: Arc::clone(board),
             ids: DeviceIds::new(inventory, resources),
-            events: Mutex::new(events),
+            xids: Mutex::new(xids),
         }
     }
 
@@ -115,9 +107,9 @@ impl NodeView {
         &self.ids
     }
 
-    fn lock_events(&self) -> MutexGuard<'_, Events> {
-        // Every update replaces the value whole, so a poisoned lock still holds a valid one.
-        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_xids(&self) -> MutexGuard<'_, XidWatch> {
+        // Every update leaves the watch valid, so a poisoned lock still holds a usable one.
+        self.xids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reads every GPU, and counts the XID events since the last scrape into `xids`.
@@ -155,82 +147,19 @@ impl NodeView {
     /// Takes the XID events off the set (building it again if it broke) and counts each
     /// on its GPU. `devices` are this scrape's handles, in `self.gpus` order.
     fn count_xids(&self, devices: &[Option<Device<'_>>], xids: &Family<XidLabels, Counter>) {
-        let mut events = self.lock_events();
-        if matches!(*events, Events::Broken) {
-            *events = watch_xids(&self.nvml, &self.gpus);
-        }
-        let Events::Watching(set) = &*events else {
-            return;
-        };
-        let failed = set.with(|set| {
-            for _ in 0..MAX_EVENTS_PER_SCRAPE {
-                let event = match set.wait(0) {
-                    Ok(Some(event)) => event,
-                    Ok(None) => return None,
-                    Err(error) => return Some(error),
-                };
-                if event.event_type != EVENT_TYPE_XID_CRITICAL_ERROR {
-                    continue;
-                }
-                let Some(gpu) = self.gpu_of(&event.device, devices) else {
-                    tracing::debug!(
-                        xid = event.event_data,
-                        "XID on a GPU the plugin does not serve; not counted"
-                    );
-                    continue;
-                };
-                xids.get_or_create(&XidLabels {
-                    gpu: gpu.index,
-                    uuid: gpu.uuid.clone(),
-                    model: gpu.model.clone(),
-                    xid: event.event_data,
-                })
-                .inc();
-            }
-            None
+        self.lock_xids().drain(devices, |at, xid| {
+            let Some(gpu) = self.gpus.get(at) else {
+                return;
+            };
+            xids.get_or_create(&XidLabels {
+                gpu: gpu.index,
+                uuid: gpu.uuid.clone(),
+                model: gpu.model.clone(),
+                xid,
+            })
+            .inc();
         });
-        if let Some(error) = failed {
-            tracing::debug!(%error, "waiting for XID events failed; the event set is built again at the next scrape");
-            *events = Events::Broken;
-        }
     }
-
-    /// The GPU an event names: by handle, else by asking NVML for its UUID.
-    fn gpu_of(&self, device: &Device<'_>, devices: &[Option<Device<'_>>]) -> Option<&GpuName> {
-        if let Some(at) = devices.iter().position(|d| d.as_ref() == Some(device)) {
-            return self.gpus.get(at);
-        }
-        let uuid = device.uuid().ok()?;
-        self.gpus.iter().find(|gpu| gpu.uuid == uuid)
-    }
-}
-
-/// An event set registered for the XID events of every GPU that reports them.
-fn watch_xids(nvml: &Arc<Nvml>, gpus: &[GpuName]) -> Events {
-    let set = match SharedEventSet::new(nvml) {
-        Ok(set) => set,
-        Err(error) if error.is_not_supported() => {
-            tracing::info!(%error, "NVML cannot deliver events; XID errors are not counted");
-            return Events::Unsupported;
-        }
-        Err(error) => {
-            tracing::debug!(%error, "cannot create an NVML event set for XID errors; trying again at the next scrape");
-            return Events::Broken;
-        }
-    };
-    for gpu in gpus {
-        let registered = set.with(|events| {
-            let device = nvml.device_by_uuid(&gpu.uuid)?;
-            if device.supported_event_types()? & EVENT_TYPE_XID_CRITICAL_ERROR != 0 {
-                events.register(&device, EVENT_TYPE_XID_CRITICAL_ERROR)?;
-            }
-            Ok::<(), NvmlError>(())
-        });
-        if let Err(error) = registered {
-            tracing::debug!(gpu = gpu.index, uuid = %gpu.uuid, %error, "XID errors of this GPU are not counted");
-        }
-    }
-    Events::Watching(set)
 }
 
 /// Encodes one scrape's [`GpuSample`]s.
