@@ -1,8 +1,8 @@
 //! `nvshim`: the admin CLI. Parsing, logging, one library call, an exit code.
 //!
 //! The same binary is NVIDIA's `nvidia-ctk`, `nvidia-cdi-hook`, `nvidia-container-cli`,
-//! `nvidia-docker` and `gpu-feature-discovery` when started under those names (packages install them as links
-//! to it): argv[0] picks the front end.
+//! `nvidia-docker` and `gpu-feature-discovery` when started under those names (packages
+//! install them as links to it): argv[0] picks the front end.
 
 use std::ffi::OsStr;
 use std::io::Write;

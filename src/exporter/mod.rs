@@ -30,6 +30,23 @@ pub use xid::XidWatch;
 use holders::{Holder, Unit};
 use sample::{GpmTrack, Readings};
 
+/// dcgm-exporter's variable for the node's name (a DaemonSet sets it from the downward API).
+pub const NODE_NAME_ENV: &str = "NODE_NAME";
+
+/// The `Hostname` label as dcgm-exporter makes it: [`NODE_NAME_ENV`], else the host name,
+/// else empty (no label).
+pub fn hostname() -> String {
+    std::env::var(NODE_NAME_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|name| name.into_string().ok())
+        })
+        .unwrap_or_default()
+}
+
 /// Why the exporter cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ExporterError {

@@ -78,7 +78,7 @@ fn serve(host: &HostArgs, settings: &Settings) -> Result<(), ExporterCommandErro
     })?;
     let hostname = match settings.no_hostname {
         true => String::new(),
-        false => hostname(),
+        false => crate::exporter::hostname(),
     };
     let exporter = Exporter::new(Arc::new(nvml), counters, hostname)?;
     // Blocked before the server starts its threads, so they inherit the mask.
@@ -99,20 +99,6 @@ fn serve(host: &HostArgs, settings: &Settings) -> Result<(), ExporterCommandErro
     let _ = stop.wait(Duration::ZERO);
     tracing::info!("stopping on SIGTERM/SIGINT");
     Ok(())
-}
-
-/// The `Hostname` label: `NODE_NAME` (a DaemonSet passes the node's name through the
-/// downward API, as for dcgm-exporter), else the host name.
-fn hostname() -> String {
-    std::env::var("NODE_NAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|name| name.into_string().ok())
-        })
-        .unwrap_or_default()
 }
 
 /// Renders scrapes, reusing a render younger than the collect interval.

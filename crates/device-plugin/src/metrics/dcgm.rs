@@ -33,17 +33,3 @@ pub(super) fn render(exporter: &Exporter, containers: &[ContainerDevices], out: 
     let holders = Holders::from_containers(exporter, containers);
     exporter.render(&holders, out);
 }
-
-/// The `Hostname` label: the node's name as the DaemonSet passes it (`NODE_NAME`, from
-/// the downward API, as for dcgm-exporter), else the host name.
-pub(super) fn hostname() -> String {
-    std::env::var(super::ENV_NODE_NAME)
-        .ok()
-        .filter(|name| !name.is_empty())
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|name| name.into_string().ok())
-        })
-        .unwrap_or_default()
-}

@@ -62,7 +62,7 @@ pub(crate) use http::serve;
 pub const PREFIX: &str = "nvshim";
 /// The node's name, for the `Hostname` label (dcgm-exporter's variable; the DaemonSet
 /// sets it from the downward API).
-pub const ENV_NODE_NAME: &str = "NODE_NAME";
+pub use nvshim::exporter::NODE_NAME_ENV as ENV_NODE_NAME;
 /// The `Content-Type` of a scrape with our names: OpenMetrics text, which Prometheus
 /// asks for first.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -281,7 +281,11 @@ impl Metrics {
                 nvml, inventory, resources, board,
             )))),
             Names::Dcgm(counters) => {
-                match Exporter::new(Arc::clone(nvml), counters.clone(), dcgm::hostname()) {
+                match Exporter::new(
+                    Arc::clone(nvml),
+                    counters.clone(),
+                    nvshim::exporter::hostname(),
+                ) {
                     Ok(exporter) => Some(NodeSource::Dcgm(Arc::new(exporter))),
                     Err(error) => {
                         tracing::warn!(%error, "GPU metrics are off until the next rebuild");
