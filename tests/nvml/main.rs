@@ -21,3 +21,31 @@ pub fn test_path(module: &str, name: &str) -> String {
         None => name.to_string(),
     }
 }
+
+/// Runs this test binary again as a child, filtered to the one test `test` (as
+/// [`test_path`] names it), with `env` added and the mock's dev root taken out (the node's
+/// env names it); an error with the child's output unless that test passed.
+pub fn run_test_in_child<K, V>(
+    test: &str,
+    env: impl IntoIterator<Item = (K, V)>,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env)
+        .env_remove("MOCK_NVML_DEV_ROOT")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() || !stdout.contains("1 passed") {
+        return Err(format!(
+            "child for {test} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            output.status
+        )
+        .into());
+    }
+    Ok(())
+}

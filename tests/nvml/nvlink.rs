@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use nvshim::inventory::{self, Inventory, normalize_bus_id};
 use nvshim::nvml::{NVLINK_MAX_LINKS, Nvml, Return};
@@ -54,24 +53,17 @@ fn in_child(
     let library = sim
         .lib_dir()
         .join(format!("libnvidia-ml.so.{}", sim.library_version()));
-    let output = Command::new(std::env::current_exe()?)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .envs(sim.env())
-        .env(CHILD_ENV, test)
-        .env(NVML_ENV, library)
-        .env(EVENTS_ENV, &events)
-        .env_remove("MOCK_NVML_DEV_ROOT")
-        .output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() || !stdout.contains("1 passed") {
-        return Err(format!(
-            "child for {test} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-            output.status
-        )
-        .into());
-    }
-    Ok(())
+    let env: Vec<(String, std::ffi::OsString)> = sim
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k, v.into()))
+        .chain([
+            (CHILD_ENV.to_owned(), test.into()),
+            (NVML_ENV.to_owned(), library.into_os_string()),
+            (EVENTS_ENV.to_owned(), events.into_os_string()),
+        ])
+        .collect();
+    crate::run_test_in_child(test, env)
 }
 
 /// GPUs 0–1 by two links, 2–3 by four, 0–3 by one; GPU 1 also has six links to an NVSwitch

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use crate::exposition::{Family, parse_exposition};
@@ -142,24 +141,20 @@ fn run_child(test: &str) -> TestResult {
     let library = sim
         .lib_dir()
         .join(format!("libnvidia-ml.so.{}", sim.library_version()));
-    let output = Command::new(std::env::current_exe()?)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .envs(sim.env())
-        .env(CHILD_ENV, test)
-        .env(NVML_ENV, library)
-        .env(CONFIG_ENV, &sim.mock_config)
-        .env_remove("MOCK_NVML_DEV_ROOT")
-        .output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() || !stdout.contains("1 passed") {
-        return Err(format!(
-            "child for {test} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-            output.status
-        )
-        .into());
-    }
-    Ok(())
+    let env: Vec<(String, std::ffi::OsString)> = sim
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k, v.into()))
+        .chain([
+            (CHILD_ENV.to_owned(), test.into()),
+            (NVML_ENV.to_owned(), library.into_os_string()),
+            (
+                CONFIG_ENV.to_owned(),
+                sim.mock_config.clone().into_os_string(),
+            ),
+        ])
+        .collect();
+    crate::run_test_in_child(test, env)
 }
 
 /// The labels a series of GPU `index` (or its GPU instance `(profile, id)`) must have, in
