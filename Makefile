@@ -33,19 +33,20 @@ HAVE_MUSL := $(shell test -d "$$(rustc --print sysroot)/lib/rustlib/$(MUSL)" && 
 static-runtime:
 	$(MAKE) -j2 static-bins dynamic-bins
 
-# ring (rustls' crypto, for `nvshim labels --use-node-feature-api`) compiles a little C
-# for every target the library is built for; without a musl cross gcc, the host gcc does
-# (the runtime and hook never link it).
+# The runtime and hook are built without the default `node-feature-api` feature (rustls and
+# ring, for `nvshim labels --use-node-feature-api`): they never reach an API server, and
+# ring's C and assembly were the slowest part of this build. Should a dependency bring C
+# to the musl target again, the host gcc builds it when there is no musl cross gcc.
 MUSL_CC := $(shell command -v x86_64-linux-musl-gcc || command -v musl-gcc || echo gcc)
 static-bins:
 ifeq ($(HAVE_MUSL),yes)
-	CC_x86_64_unknown_linux_musl=$${CC_x86_64_unknown_linux_musl:-$(MUSL_CC)} $(CARGO) build -p nvshim --release --bin nvidia-container-runtime --bin nvidia-container-runtime-hook --target $(MUSL) --target-dir target/static
+	CC_x86_64_unknown_linux_musl=$${CC_x86_64_unknown_linux_musl:-$(MUSL_CC)} $(CARGO) build -p nvshim --no-default-features --release --bin nvidia-container-runtime --bin nvidia-container-runtime-hook --target $(MUSL) --target-dir target/static
 	mkdir -p $(STATIC_DIR)
 	install -m 0755 target/static/$(MUSL)/release/nvidia-container-runtime target/static/$(MUSL)/release/nvidia-container-runtime-hook $(STATIC_DIR)/
 else
 	@echo "static-runtime: no $(MUSL) target (rustup target add $(MUSL)): linking static glibc"
-	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime --target-dir target/static -- -C target-feature=+crt-static
-	$(CARGO) rustc -p nvshim --release --bin nvidia-container-runtime-hook --target-dir target/static -- -C target-feature=+crt-static
+	$(CARGO) rustc -p nvshim --no-default-features --release --bin nvidia-container-runtime --target-dir target/static -- -C target-feature=+crt-static
+	$(CARGO) rustc -p nvshim --no-default-features --release --bin nvidia-container-runtime-hook --target-dir target/static -- -C target-feature=+crt-static
 	mkdir -p $(STATIC_DIR)
 endif
 

@@ -9,11 +9,15 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "node-feature-api")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "node-feature-api")]
 use rustls::pki_types::pem::PemObject;
+#[cfg(feature = "node-feature-api")]
 use rustls::pki_types::{CertificateDer, ServerName};
+#[cfg(feature = "node-feature-api")]
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::Value;
 
@@ -51,8 +55,14 @@ pub enum ApiError {
         #[source]
         source: io::Error,
     },
+    #[cfg(feature = "node-feature-api")]
     #[error("TLS: {0}")]
     Tls(#[from] rustls::Error),
+    /// The static runtime's build leaves the TLS client out (its binaries never reach an
+    /// API server); `nvshim` is built with it.
+    #[cfg(not(feature = "node-feature-api"))]
+    #[error("this build has no TLS client (cargo feature node-feature-api is off)")]
+    NoTls,
     #[error("{method} {path}: {source}")]
     Io {
         method: &'static str,
@@ -81,7 +91,7 @@ pub struct ApiServer {
     host: String,
     port: u16,
     token: String,
-    tls: Arc<ClientConfig>,
+    tls: TlsConfig,
     /// The service account's namespace file, when there is one.
     pub namespace: Option<String>,
 }
@@ -149,8 +159,6 @@ impl ApiServer {
             source,
         };
         let host = self.host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|_| ApiError::Host(self.host.clone()))?;
         // An IPv6 service address (`fd00::1`) goes in brackets, in the socket address and
         // in `Host`.
         let address = if host.contains(':') {
@@ -159,8 +167,7 @@ impl ApiServer {
             format!("{host}:{}", self.port)
         };
         let tcp = connect(&address)?;
-        let connection = ClientConnection::new(Arc::clone(&self.tls), name)?;
-        let mut stream = StreamOwned::new(connection, tcp);
+        let mut stream = tls_stream(&self.tls, &self.host, host, tcp)?;
 
         let payload = body.map(Value::to_string).unwrap_or_default();
         let mut request = format!(
@@ -223,8 +230,40 @@ fn connect(address: &str) -> Result<TcpStream, ApiError> {
     Ok(tcp)
 }
 
+#[cfg(feature = "node-feature-api")]
+type TlsConfig = Arc<ClientConfig>;
+/// Stands for the TLS settings in a build without a TLS client (none is ever made).
+#[cfg(not(feature = "node-feature-api"))]
+#[derive(Clone)]
+struct TlsConfig;
+
+/// A TLS client session to `host` (as the service variable spelt it: `shown`) over `tcp`.
+#[cfg(feature = "node-feature-api")]
+fn tls_stream(
+    tls: &TlsConfig,
+    shown: &str,
+    host: &str,
+    tcp: TcpStream,
+) -> Result<StreamOwned<ClientConnection, TcpStream>, ApiError> {
+    let name =
+        ServerName::try_from(host.to_string()).map_err(|_| ApiError::Host(shown.to_string()))?;
+    let connection = ClientConnection::new(Arc::clone(tls), name)?;
+    Ok(StreamOwned::new(connection, tcp))
+}
+
+#[cfg(not(feature = "node-feature-api"))]
+fn tls_stream(_: &TlsConfig, _: &str, _: &str, _: TcpStream) -> Result<TcpStream, ApiError> {
+    Err(ApiError::NoTls)
+}
+
+#[cfg(not(feature = "node-feature-api"))]
+fn tls_config(_: &Path) -> Result<TlsConfig, ApiError> {
+    Err(ApiError::NoTls)
+}
+
 /// TLS trusting exactly the certificates in `ca` (the cluster's CA bundle).
-fn tls_config(ca: &Path) -> Result<Arc<ClientConfig>, ApiError> {
+#[cfg(feature = "node-feature-api")]
+fn tls_config(ca: &Path) -> Result<TlsConfig, ApiError> {
     let pem = std::fs::read(ca).map_err(|source| ApiError::Read {
         path: ca.to_path_buf(),
         source,
