@@ -189,6 +189,8 @@ pub enum CliError {
     Labels(#[from] labels::LabelsError),
     #[error(transparent)]
     Exporter(#[from] exporter::ExporterCommandError),
+    #[error(transparent)]
+    Wait(#[from] doctor::wait::WaitError),
     #[error(
         "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"
     )]
@@ -217,7 +219,13 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Info(args) => info::run(&host_from_config(&cli.host)?, args, out),
         Command::List(args) => list::run(&host_from_config(&cli.host)?, args, out),
         Command::Configure(args) => configure::run(args, out),
-        Command::Doctor(args) => doctor::run(&host_from_config(&cli.host)?, args, out),
+        Command::Doctor(args) => match args.mode() {
+            doctor::Mode::Node => doctor::run(&host_from_config(&cli.host)?, args, out),
+            doctor::Mode::WaitFor { path, timeout_s } => {
+                Ok(doctor::wait::run(path, timeout_s, out)?)
+            }
+            doctor::Mode::InContainer => doctor::run_in_container(&cli.host, out),
+        },
         Command::Cdi(args) => cdi::run(&cli.host, args, out),
         Command::Hook(args) => hook::run(args),
         Command::Labels(args) => labels::run(&cli.host, args, out),
