@@ -5,7 +5,8 @@
 //! overlay grants the built-in `privileged` SCC through RBAC, as NVIDIA's operator does,
 //! and creates no SCC object), then what the deployment's order and safety rest on:
 //! the RuntimeClass, the installer's `--runtime` for the overlay's engine, the init
-//! container waiting for the installer's ready file in every GPU workload, the validation
+//! container waiting for the installer's ready file and the `nvidia` runtime class in
+//! every GPU workload, the validation
 //! Job through the `nvidia` runtime class, the SCC grant covering every pod that needs
 //! it, and the components' containers equal to the loose manifests' in `deployments/`.
 
@@ -191,6 +192,16 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
             "DaemonSets waiting for {READY_FILE}: {waiting:?}, want {want:?}"
         ));
     }
+    // ... and gets the driver through the nvidia runtime class (the installer does not
+    // make it the engine's default).
+    for name in &want {
+        let class = &pod(named(docs, "DaemonSet", name)?)["runtimeClassName"];
+        if class != "nvidia" {
+            return Err(format!(
+                "DaemonSet {name}: runtimeClassName {class}, want nvidia"
+            ));
+        }
+    }
 
     let job = named(docs, "Job", "nvshim-validation")?;
     let jpod = pod(job);
@@ -315,8 +326,9 @@ fn every_kustomize_overlay_renders_validates_and_orders_the_pieces() {
 
     // The checks fail on a broken tree: a copy without the plugin's init container, with
     // a field the schema refuses, with CRI-O's installer configuring containerd, with the
-    // exporter's account left out of the SCC grant.
-    let breaks: [(&str, &str, &str, &str); 4] = [
+    // exporter's account left out of the SCC grant, with the labeller on another runtime
+    // class.
+    let breaks: [(&str, &str, &str, &str); 5] = [
         (
             "overlays/crio/kustomization.yaml",
             "value: --runtime=crio",
@@ -328,6 +340,12 @@ fn every_kustomize_overlay_renders_validates_and_orders_the_pieces() {
             "name: nvshim-exporter",
             "name: nvshim-exporter-typo",
             "not granted the privileged SCC: [\"nvshim-exporter\"]",
+        ),
+        (
+            "components/labels/labels.yaml",
+            "runtimeClassName: nvidia",
+            "runtimeClassName: runc",
+            "runtimeClassName \"runc\", want nvidia",
         ),
         (
             "components/device-plugin/device-plugin.yaml",
