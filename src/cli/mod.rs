@@ -148,7 +148,9 @@ pub enum Command {
     /// Register the NVIDIA runtime with docker, containerd or CRI-O (or take it out: --undo).
     Configure(configure::ConfigureArgs),
     /// Check the node end to end (driver, NVML, device nodes, driver files, binaries,
-    /// engine registration, CDI specs) and print the fix for each problem.
+    /// engine registration, CDI specs) and print the fix for each problem; or check a
+    /// GPU container's view from inside it (--in-container), or wait for a file
+    /// (--wait-for).
     Doctor(doctor::DoctorArgs),
     /// Write a CDI spec for this node (generate), or list the CDI devices defined (list).
     Cdi(cdi::CdiArgs),
