@@ -148,7 +148,9 @@ pub enum Command {
     /// Register the NVIDIA runtime with docker, containerd or CRI-O (or take it out: --undo).
     Configure(configure::ConfigureArgs),
     /// Check the node end to end (driver, NVML, device nodes, driver files, binaries,
-    /// engine registration, CDI specs) and print the fix for each problem.
+    /// engine registration, CDI specs) and print the fix for each problem; or check a
+    /// GPU container's view from inside it (--in-container), or wait for a file
+    /// (--wait-for).
     Doctor(doctor::DoctorArgs),
     /// Write a CDI spec for this node (generate), or list the CDI devices defined (list).
     Cdi(cdi::CdiArgs),
@@ -189,6 +191,8 @@ pub enum CliError {
     Labels(#[from] labels::LabelsError),
     #[error(transparent)]
     Exporter(#[from] exporter::ExporterCommandError),
+    #[error(transparent)]
+    Wait(#[from] doctor::wait::WaitError),
     #[error(
         "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"
     )]
@@ -217,7 +221,13 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Info(args) => info::run(&host_from_config(&cli.host)?, args, out),
         Command::List(args) => list::run(&host_from_config(&cli.host)?, args, out),
         Command::Configure(args) => configure::run(args, out),
-        Command::Doctor(args) => doctor::run(&host_from_config(&cli.host)?, args, out),
+        Command::Doctor(args) => match args.mode() {
+            doctor::Mode::Node => doctor::run(&host_from_config(&cli.host)?, args, out),
+            doctor::Mode::WaitFor { path, timeout_s } => {
+                Ok(doctor::wait::run(path, timeout_s, out)?)
+            }
+            doctor::Mode::InContainer => doctor::run_in_container(&cli.host, out),
+        },
         Command::Cdi(args) => cdi::run(&cli.host, args, out),
         Command::Hook(args) => hook::run(args),
         Command::Labels(args) => labels::run(&cli.host, args, out),

@@ -290,3 +290,57 @@ fn an_unparsable_spec_file_fails() {
         "{text}"
     );
 }
+
+/// `--wait-for` as an init container runs it: no config file, no driver. It says what it
+/// waits for at once, returns when the file appears, and on timeout exits 1 naming it.
+#[test]
+fn wait_for_returns_when_the_file_appears_and_names_it_on_timeout() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("toolkit-ready");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvshim"))
+        .env_clear()
+        .args(["doctor", "--wait-for"])
+        .arg(&ready)
+        .args(["--timeout", "60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(
+        first,
+        format!("waiting for {} (at most 60 s)\n", ready.display())
+    );
+    // It is waiting now: the file appears, and it ends.
+    fs::write(&ready, "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still waiting for {ready:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+
+    let missing = dir.path().join("never");
+    let out = Command::new(env!("CARGO_BIN_EXE_nvshim"))
+        .env_clear()
+        .args(["doctor", "--wait-for"])
+        .arg(&missing)
+        .args(["--timeout", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("{} did not appear within 1 s", missing.display())),
+        "{}",
+        stderr(&out)
+    );
+}

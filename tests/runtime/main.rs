@@ -16,6 +16,7 @@ mod classes;
 mod containerd;
 mod corpus;
 mod docker;
+mod doctor_in_container;
 mod driver_params;
 mod graphics;
 mod mig_access;

@@ -83,6 +83,17 @@ impl E2e {
 
     /// [`E2e::run`] with `script` in place of SCRIPT.
     pub(crate) fn run_script(&self, env: &[&str], script: &str) -> Run {
+        self.run_script_with_mounts(env, script, &[])
+    }
+
+    /// [`E2e::run_script`] with the host files `mounts.0` bind-mounted read-only at
+    /// `mounts.1` in the container.
+    pub(crate) fn run_script_with_mounts(
+        &self,
+        env: &[&str],
+        script: &str,
+        mounts: &[(&Path, &str)],
+    ) -> Run {
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let id = format!("nvshim-e2e-{}-{n}", std::process::id());
         let bundle = self.dir.path().join(&id);
@@ -101,6 +112,14 @@ impl E2e {
             "source": self.node.sim.mock_config,
             "options": ["ro", "bind"],
         }));
+        for (host, inside) in mounts {
+            spec["mounts"].as_array_mut().unwrap().push(json!({
+                "destination": inside,
+                "type": "bind",
+                "source": host,
+                "options": ["ro", "bind"],
+            }));
+        }
         fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
         let out = Command::new(crate::common::runtime_bin())
             .env_clear()

@@ -7,9 +7,15 @@
 //! docker, containerd and CRI-O (an engine whose config file is absent is skipped),
 //! and whether the CDI specs for `nvidia.com/gpu` still match the driver (no spec is
 //! fine: CDI is optional).
+//!
+//! Two other modes serve the cluster deployments: `--wait-for` (an init container
+//! waiting for the toolkit installer's ready file, [`wait`]) and `--in-container` (the
+//! validation Job's checks from inside a GPU container, [`in_container`]).
 
 mod cdi;
 mod engines;
+pub mod in_container;
+pub mod wait;
 
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -44,6 +50,47 @@ pub struct DoctorArgs {
     /// Default: /etc/cdi, then /var/run/cdi.
     #[arg(long)]
     pub cdi_spec_dir: Vec<PathBuf>,
+    /// Wait until this file exists, then exit 0 (no checks): an init container waiting
+    /// for the toolkit installer's ready file.
+    #[arg(long, value_name = "PATH", conflicts_with = "in_container")]
+    pub wait_for: Option<PathBuf>,
+    /// With --wait-for: give up after this many seconds (exit 1); 0 waits forever.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0,
+        requires = "wait_for"
+    )]
+    pub timeout: u64,
+    /// Check a GPU container's view from inside it (the validation Job): NVML lists a
+    /// GPU, its device nodes exist, nvidia-smi -L runs, libcuda.so.1 is in the linker
+    /// cache when compute is asked for.
+    #[arg(long)]
+    pub in_container: bool,
+}
+
+/// Which of doctor's jobs a command line asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode<'a> {
+    /// The node's checks (the default).
+    Node,
+    /// `--wait-for PATH`.
+    WaitFor { path: &'a Path, timeout_s: u64 },
+    /// `--in-container`.
+    InContainer,
+}
+
+impl DoctorArgs {
+    pub fn mode(&self) -> Mode<'_> {
+        match (&self.wait_for, self.in_container) {
+            (Some(path), _) => Mode::WaitFor {
+                path,
+                timeout_s: self.timeout,
+            },
+            (None, true) => Mode::InContainer,
+            (None, false) => Mode::Node,
+        }
+    }
 }
 
 /// How a check came out.
@@ -86,8 +133,19 @@ impl Check {
 }
 
 pub fn run(host: &HostArgs, args: &DoctorArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let checks = checks(host, args);
-    for c in &checks {
+    report(&checks(host, args), out)
+}
+
+/// `--in-container`: the container's own view, no config file (a container has none;
+/// its roots are `/`), `--nvml-lib` still honoured.
+pub fn run_in_container(host: &HostArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let view = in_container::View::of_this_container(host.nvml_lib.clone());
+    report(&in_container::checks(&view), out)
+}
+
+/// Prints one line per check (and its fix); an error when any failed.
+fn report(checks: &[Check], out: &mut dyn Write) -> Result<(), CliError> {
+    for c in checks {
         let mark = match c.status {
             Status::Ok => "ok  ",
             Status::Warn => "warn",

@@ -14,6 +14,7 @@
 //! health        the XID event loop against the mock NVML
 //! http2         the :authority fix against h2's decoder
 //! kubelet       a real kubelet and containerd
+//! kustomize     deployments/kustomize/: every overlay rendered, validated and checked
 //! manifests     deployments/*.yml through kubernetes-validate and kustomize; the exporter's
 //! metrics       /metrics on a simulated node
 //! mps           MPS sharing with the real binary
@@ -37,6 +38,7 @@ mod grpc;
 mod health;
 mod http2;
 mod kubelet;
+mod kustomize;
 mod manifests;
 mod metrics;
 mod metrics_dcgm;
