@@ -10,7 +10,7 @@
 // coalesced over it: maps merge key by key, a null removes the key), .Release (Name,
 // Namespace, Service, Revision, IsInstall, IsUpgrade), .Chart (Chart.yaml's keys,
 // capitalised as Helm exposes them), .Capabilities (KubeVersion, APIVersions.Has),
-// .Template (Name, BasePath), and Helm's functions besides sprig's: include, tpl,
+// .Template (Name, BasePath), Chart.yaml's kubeVersion checked against 1.29, and Helm's functions besides sprig's: include, tpl,
 // toYaml, fromYaml, toJson, required, fail, lookup (always empty, as under `helm
 // template`). sprig's env and expandenv are removed, as Helm removes them.
 //
@@ -37,9 +37,14 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/Masterminds/semver"
 	"github.com/Masterminds/sprig"
 	"gopkg.in/yaml.v3"
 )
+
+// kubeVersion is the cluster version .Capabilities reports (`helm template`'s default
+// is its client's Kubernetes version).
+const kubeVersion = "v1.29.0"
 
 type valueFiles []string
 
@@ -142,6 +147,16 @@ func run(chartDir, release, namespace string, files []string, dump, notes bool) 
 	if chartName == "" {
 		return errors.New("Chart.yaml has no name")
 	}
+	// Helm refuses a chart whose kubeVersion the cluster does not satisfy.
+	if constraint, ok := chartMeta["kubeVersion"].(string); ok {
+		c, err := semver.NewConstraint(constraint)
+		if err != nil {
+			return fmt.Errorf("Chart.yaml kubeVersion %q: %w", constraint, err)
+		}
+		if !c.Check(semver.MustParse(kubeVersion)) {
+			return fmt.Errorf("chart requires kubeVersion %s, which %s does not satisfy", constraint, kubeVersion)
+		}
+	}
 	values, err := readYAML(filepath.Join(chartDir, "values.yaml"))
 	if err != nil {
 		return err
@@ -177,7 +192,7 @@ func run(chartDir, release, namespace string, files []string, dump, notes bool) 
 		},
 		"Capabilities": map[string]interface{}{
 			"KubeVersion": map[string]interface{}{
-				"Version": "v1.29.0", "GitVersion": "v1.29.0", "Major": "1", "Minor": "29",
+				"Version": kubeVersion, "GitVersion": kubeVersion, "Major": "1", "Minor": "29",
 			},
 			"APIVersions": apiVersions{"v1", "apps/v1", "batch/v1", "node.k8s.io/v1", "rbac.authorization.k8s.io/v1"},
 		},

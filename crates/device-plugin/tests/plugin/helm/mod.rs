@@ -6,11 +6,13 @@
 //! every value its templates read present in values.yaml, the schema and the README.
 //!
 //! - `render`: value sets (defaults, labels and exporter with MIG, CRI-O with a driver
-//!   container, a config map of two configs, custom placement) and what each DaemonSet,
-//!   the Job and the RuntimeClass get from them; values the chart refuses.
+//!   container, a config map of two configs, custom placement) through
+//!   `kubernetes-validate`; what the defaults deploy.
+//! - `values`: what each value set puts in the objects; values the chart refuses.
 //! - here: the schema and the documentation of the values.
 
 mod render;
+mod values;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -237,6 +239,16 @@ fn helm_templates_read_only_values_the_chart_documents() {
         serde_saphyr::from_str(&fs::read_to_string(chart().join("values.yaml")).unwrap()).unwrap();
     let mut schema_entries = Vec::new();
     schema_paths(&schema(), "", &mut schema_entries);
+    // What Helm itself puts in the values of a chart used as a dependency: in the schema
+    // so that the root's `additionalProperties: false` accepts them, read by no template.
+    let helm_injected = ["global", "enabled"];
+    for key in helm_injected {
+        assert!(
+            schema_entries.iter().any(|(p, _, _)| p == key),
+            "case {key}"
+        );
+    }
+    schema_entries.retain(|(p, _, _)| !helm_injected.contains(&p.as_str()));
     let leaves: BTreeSet<&str> = schema_entries
         .iter()
         .filter(|(_, _, leaf)| *leaf)
