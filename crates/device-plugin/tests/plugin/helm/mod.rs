@@ -9,8 +9,10 @@
 //!   container, a config map of two configs, custom placement) through
 //!   `kubernetes-validate`; what the defaults deploy.
 //! - `values`: what each value set puts in the objects; values the chart refuses.
+//! - `plugin_env`: the rendered plugin environment through the plugin's own `config::resolve`.
 //! - here: the schema and the documentation of the values.
 
+mod plugin_env;
 mod render;
 mod values;
 
