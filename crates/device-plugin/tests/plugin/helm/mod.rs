@@ -9,10 +9,11 @@
 //!   container, a config map of two configs, custom placement) through
 //!   `kubernetes-validate`; what the defaults deploy.
 //! - `values`: what each value set puts in the objects; values the chart refuses.
-//! - `plugin_env`: the rendered plugin environment through the plugin's own `config::resolve`.
+//! - `pod_env`: the rendered plugin, labels and exporter environments through their own
+//!   resolution code.
 //! - here: the schema and the documentation of the values.
 
-mod plugin_env;
+mod pod_env;
 mod render;
 mod values;
 
