@@ -45,6 +45,16 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end -}}
 
+{{/* The node agents deployed, as component names (each has its own service account). */}}
+{{- define "nvshim.agents" -}}
+{{- $agents := list -}}
+{{- if .Values.installer.enabled }}{{ $agents = append $agents "toolkit" }}{{ end -}}
+{{- if .Values.devicePlugin.enabled }}{{ $agents = append $agents "device-plugin" }}{{ end -}}
+{{- if .Values.gfd.enabled }}{{ $agents = append $agents "labels" }}{{ end -}}
+{{- if .Values.exporter.enabled }}{{ $agents = append $agents "exporter" }}{{ end -}}
+{{- join " " $agents -}}
+{{- end -}}
+
 {{/* The plugin image (plugin, labels, exporter, readiness wait, validation). */}}
 {{- define "nvshim.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}

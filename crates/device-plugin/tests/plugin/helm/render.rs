@@ -90,6 +90,7 @@ installer:
 nvidiaDriverRoot: /run/nvidia/driver
 validation: {enabled: false}
 runtimeClass: {create: false}
+openshift: {enabled: true}
 "#,
     ),
     (
@@ -198,6 +199,8 @@ fn helm_chart_renders_objects_kubernetes_validate_accepts() {
             "DaemonSet/nvshim-toolkit",
             "Job/nvshim-validation-1",
             "RuntimeClass/nvidia",
+            "ServiceAccount/nvshim-device-plugin",
+            "ServiceAccount/nvshim-toolkit",
         ],
     );
     assert_eq!(
@@ -211,11 +214,22 @@ fn helm_chart_renders_objects_kubernetes_validate_accepts() {
             "Job/nvshim-validation-1",
             "RuntimeClass/nvidia",
             "Service/nvshim-exporter",
+            "ServiceAccount/nvshim-device-plugin",
+            "ServiceAccount/nvshim-exporter",
+            "ServiceAccount/nvshim-labels",
+            "ServiceAccount/nvshim-toolkit",
         ],
     );
     assert_eq!(
         kinds("CRI-O with a driver container"),
-        ["DaemonSet/nvshim-device-plugin", "DaemonSet/nvshim-toolkit"],
+        [
+            "DaemonSet/nvshim-device-plugin",
+            "DaemonSet/nvshim-toolkit",
+            "Role/nvshim-privileged-scc",
+            "RoleBinding/nvshim-privileged-scc",
+            "ServiceAccount/nvshim-device-plugin",
+            "ServiceAccount/nvshim-toolkit",
+        ],
     );
 }
 

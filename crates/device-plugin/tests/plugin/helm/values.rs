@@ -96,6 +96,28 @@ fn helm_values_reach_the_plugin_labels_exporter_and_installer() {
             "--config=/etc/crio/crio.conf.d/99-nvidia.conf",
         ]
     );
+    // OpenShift: each agent's own service account may use the privileged SCC.
+    let binding = object(&docs, "RoleBinding", "nvshim-privileged-scc");
+    let role = object(&docs, "Role", "nvshim-privileged-scc");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["security.openshift.io"], "resources": ["securitycontextconstraints"],
+                "resourceNames": ["privileged"], "verbs": ["use"]}])
+    );
+    for ds in ["nvshim-toolkit", "nvshim-device-plugin"] {
+        let account = &pod(object(&docs, "DaemonSet", ds))["serviceAccountName"];
+        assert!(
+            binding["subjects"].as_array().unwrap().contains(
+                &json!({"kind": "ServiceAccount", "name": account, "namespace": "nvshim"})
+            ),
+            "case {ds}: {account} not bound"
+        );
+        let sa = object(&docs, "ServiceAccount", account.as_str().unwrap());
+        assert_eq!(sa["automountServiceAccountToken"], false, "case {ds}");
+    }
+    assert_eq!(binding["subjects"].as_array().unwrap().len(), 2);
+
     let spec = pod(object(&docs, "DaemonSet", "nvshim-device-plugin"));
     assert!(
         spec.get("runtimeClassName").is_none(),
