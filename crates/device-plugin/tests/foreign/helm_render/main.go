@@ -14,8 +14,9 @@
 // toYaml, fromYaml, toJson, required, fail, lookup (always empty, as under `helm
 // template`). sprig's env and expandenv are removed, as Helm removes them.
 //
-// Stricter than Helm: a missing map key is an error (Helm prints nothing), so a
-// template that names a value the chart does not define fails to render.
+// A nil value prints as nothing, as in Helm. Stricter than Helm: a missing map key is
+// an error (Helm prints nothing), so a template that names a value the chart does not
+// define fails to render.
 // Not provided: subcharts (dependencies), .Files, library charts, post-renderers.
 //
 // usage: helm_render [-release NAME] [-namespace NS] [-values FILE]... [-dump-values] CHART_DIR
@@ -291,7 +292,8 @@ func run(chartDir, release, namespace string, files []string, dump, notes bool) 
 		if err := root.ExecuteTemplate(&buf, name, data); err != nil {
 			return err
 		}
-		text := strings.TrimSpace(buf.String())
+		// Helm prints a nil value as nothing, not text/template's "<no value>".
+		text := strings.TrimSpace(strings.ReplaceAll(buf.String(), "<no value>", ""))
 		if text == "" {
 			continue
 		}
@@ -303,7 +305,7 @@ func run(chartDir, release, namespace string, files []string, dump, notes bool) 
 		if err := root.ExecuteTemplate(&buf, notesName, top); err != nil {
 			return err
 		}
-		fmt.Printf("# Notes:\n%s\n", strings.TrimSpace(buf.String()))
+		fmt.Printf("# Notes:\n%s\n", strings.TrimSpace(strings.ReplaceAll(buf.String(), "<no value>", "")))
 	}
 	return nil
 }

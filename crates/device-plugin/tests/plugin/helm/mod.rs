@@ -80,6 +80,10 @@ fn renderer() -> &'static Path {
 /// Runs the renderer on the chart with `values` (YAML) over values.yaml: its stdout, or
 /// its stderr when it fails.
 fn run_renderer(values: &str, extra: &[&str]) -> Result<String, String> {
+    run_renderer_on(&chart(), values, extra)
+}
+
+fn run_renderer_on(chart: &Path, values: &str, extra: &[&str]) -> Result<String, String> {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     fs::write(&file, values).unwrap();
@@ -87,7 +91,7 @@ fn run_renderer(values: &str, extra: &[&str]) -> Result<String, String> {
         .args(extra)
         .arg("-values")
         .arg(&file)
-        .arg(chart())
+        .arg(chart)
         .output()
         .unwrap();
     if out.status.success() {
@@ -114,6 +118,40 @@ fn schema_errors(values: &Value) -> Vec<String> {
         .iter_errors(values)
         .map(|e| format!("{}: {e}", e.instance_path()))
         .collect()
+}
+
+/// The renderer's guards that Helm has or that the tests rely on: a template reading a
+/// value values.yaml lacks fails (Helm would print nothing), a null override empties a
+/// value, and a kubeVersion the cluster does not meet is refused (as Helm does).
+#[test]
+fn helm_render_refuses_unknown_values_and_unmet_kube_versions() {
+    let copy = tempfile::tempdir().unwrap();
+    let root = copy.path().join("nvshim");
+    fs::create_dir_all(root.join("templates")).unwrap();
+    for name in ["Chart.yaml", "values.yaml"] {
+        fs::copy(chart().join(name), root.join(name)).unwrap();
+    }
+    let template = root.join("templates/probe.yaml");
+    fs::write(&template, "probe: {{ .Values.migStrategie }}\n").unwrap();
+    let err = run_renderer_on(&root, "{}", &[]).unwrap_err();
+    assert!(err.contains("migStrategie"), "{err}");
+
+    fs::write(&template, "probe: [{{ .Values.affinity }}]\n").unwrap();
+    let text = run_renderer_on(&root, "affinity: null", &[]).unwrap();
+    assert!(text.contains("probe: []"), "{text}");
+
+    let chart_yaml = fs::read_to_string(root.join("Chart.yaml")).unwrap();
+    assert!(
+        chart_yaml.contains("kubeVersion: \">=1.25.0-0\""),
+        "{chart_yaml}"
+    );
+    fs::write(
+        root.join("Chart.yaml"),
+        chart_yaml.replace(">=1.25.0-0", ">=1.99.0-0"),
+    )
+    .unwrap();
+    let err = run_renderer_on(&root, "{}", &[]).unwrap_err();
+    assert!(err.contains("kubeVersion >=1.99.0-0"), "{err}");
 }
 
 #[test]
