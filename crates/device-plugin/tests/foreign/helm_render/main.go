@@ -4,22 +4,22 @@
 // engines Helm itself is built on: Go's text/template with the sprig function library
 // (Debian's golang-github-masterminds-sprig-dev) and YAML through gopkg.in/yaml.v3. No
 // helm binary is packaged for Debian or PyPI, so the chart tests
-// (crates/device-plugin/tests/plugin/helm.rs) render with this.
+// (crates/device-plugin/tests/plugin/helm/) render with this.
 //
-// What it provides, as Helm does: .Values (the chart's values.yaml, then each -f file
-// coalesced over it: maps merge key by key, a null removes the key), .Release (Name,
+// What it provides, as Helm does: .Values (the chart's values.yaml, then each -values
+// file coalesced over it: maps merge key by key, a null removes the key), .Release (Name,
 // Namespace, Service, Revision, IsInstall, IsUpgrade), .Chart (Chart.yaml's keys,
-// capitalised as Helm exposes them), .Capabilities (KubeVersion, APIVersions.Has),
-// .Template (Name, BasePath), Chart.yaml's kubeVersion checked against 1.29, and Helm's functions besides sprig's: include, tpl,
-// toYaml, fromYaml, toJson, required, fail, lookup (always empty, as under `helm
-// template`). sprig's env and expandenv are removed, as Helm removes them.
+// capitalised as Helm exposes them), .Capabilities (KubeVersion 1.29, APIVersions.Has),
+// .Template (Name, BasePath), Chart.yaml's kubeVersion checked against 1.29, and Helm's
+// functions besides sprig's: include, tpl, toYaml, fromYaml, toJson, required, fail,
+// lookup (always empty, as under `helm template`). sprig's env and expandenv are
+// removed, as Helm removes them. A nil value prints as nothing, as in Helm.
 //
-// A nil value prints as nothing, as in Helm. Stricter than Helm: a missing map key is
-// an error (Helm prints nothing), so a template that names a value the chart does not
-// define fails to render.
+// Stricter than Helm: a missing map key is an error (Helm prints nothing), so a
+// template that names a value the chart does not define fails to render.
 // Not provided: subcharts (dependencies), .Files, library charts, post-renderers.
 //
-// usage: helm_render [-release NAME] [-namespace NS] [-values FILE]... [-dump-values] CHART_DIR
+// usage: helm_render [-release NAME] [-namespace NS] [-values FILE]... [-dump-values] [-notes] CHART_DIR
 //
 // It prints each rendered template as `---\n# Source: CHART/templates/FILE\n...` (empty
 // ones left out), then NOTES.txt under `# Notes:` with -notes; with -dump-values, the
