@@ -50,6 +50,7 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- $agents := list -}}
 {{- if .Values.installer.enabled }}{{ $agents = append $agents "toolkit" }}{{ end -}}
 {{- if .Values.devicePlugin.enabled }}{{ $agents = append $agents "device-plugin" }}{{ end -}}
+{{- if and .Values.devicePlugin.enabled (include "nvshim.configKey" .) }}{{ $agents = append $agents "mps-control-daemon" }}{{ end -}}
 {{- if .Values.gfd.enabled }}{{ $agents = append $agents "labels" }}{{ end -}}
 {{- if .Values.exporter.enabled }}{{ $agents = append $agents "exporter" }}{{ end -}}
 {{- join " " $agents -}}
@@ -134,24 +135,29 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* Placement shared by the node agents: priority, node choice, tolerations, pull secrets. */}}
+{{/* Placement shared by the node agents: priority, node choice, tolerations, pull
+secrets. (dict "root" $ "nodeSelector" MAP) replaces the chart's nodeSelector. */}}
 {{- define "nvshim.placement" -}}
-{{- with .Values.priorityClassName }}
+{{- $root := . -}}
+{{- if hasKey . "root" }}{{ $root = .root }}{{ end -}}
+{{- $nodeSelector := $root.Values.nodeSelector -}}
+{{- if hasKey . "nodeSelector" }}{{ $nodeSelector = .nodeSelector }}{{ end -}}
+{{- with $root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $root.Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.imagePullSecrets }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}

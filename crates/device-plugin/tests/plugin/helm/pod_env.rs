@@ -14,14 +14,14 @@ use std::time::Duration;
 use nvshim::cli::exporter::{ExporterArgs, Settings as ExporterSettings};
 use nvshim::cli::labels::{LabelsArgs, Output, Resolved as LabelSettings, gfd};
 use nvshim_device_plugin::config::{
-    self, DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginArgs, Settings,
+    self, DeviceIdStrategy, DeviceListStrategy, MigStrategy, PluginArgs, Settings, SharingStrategy,
 };
 use serde_json::Value;
 
 use super::render::{CASES, case, env, find, object, pod, render};
 
 /// The plugin's variables (its constants).
-const KNOWN: [&str; 14] = [
+const KNOWN: [&str; 15] = [
     config::ENV_MIG_STRATEGY,
     config::ENV_FAIL_ON_INIT_ERROR,
     config::ENV_DEVICE_LIST_STRATEGY,
@@ -36,6 +36,7 @@ const KNOWN: [&str; 14] = [
     config::ENV_NVIDIA_CDI_HOOK_PATH,
     config::ENV_CONFIG_FILE,
     config::ENV_HEALTH_ADDR,
+    config::ENV_MPS_ROOT,
 ];
 
 /// What the NVIDIA runtime reads (the driver and GPUs it injects), and the node's name.
@@ -163,6 +164,21 @@ fn helm_plugin_environment_resolves_to_the_values_given() {
     assert_eq!(mixed.config_file, Some(dir.path().join("mig-mixed")));
     let named = resolve(case("two configs, the one named default"), dir.path());
     assert_eq!(named.config_file, Some(dir.path().join("default")));
+
+    // MPS: the plugin and the control daemon read the same config and MPS root (the
+    // daemon's settings resolve as the plugin's do: same binary, same code).
+    let mps = resolve(case("MPS sharing"), dir.path());
+    assert_eq!(mps.mps_root, Some(PathBuf::from("/run/nvidia/mps")));
+    assert_eq!(
+        mps.sharing.as_ref().map(|s| s.strategy),
+        Some(SharingStrategy::Mps)
+    );
+    let docs = render(case("MPS sharing")).unwrap();
+    let daemon = environment(&docs, "nvshim-mps-control-daemon", &KNOWN, dir.path());
+    let lookup = |name: &str| daemon.get(name).cloned();
+    let settings = config::resolve(&PluginArgs::default(), &lookup).unwrap();
+    assert_eq!(settings.mps_root, mps.mps_root);
+    assert_eq!(settings.sharing, mps.sharing);
 
     // compatWithCPUManager and the feature switches reach the plugin as NVIDIA's do.
     let extras = resolve(

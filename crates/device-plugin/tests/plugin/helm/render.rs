@@ -60,7 +60,7 @@ pub(super) fn strings(v: &Value) -> Vec<&str> {
 }
 
 /// The value sets: (case, values over values.yaml).
-pub(super) const CASES: [(&str, &str); 6] = [
+pub(super) const CASES: [(&str, &str); 7] = [
     ("defaults", "{}"),
     (
         "labels, exporter and MIG",
@@ -117,6 +117,22 @@ config:
   map:
     default: "version: v1\n"
     other: "version: v1\n"
+"#,
+    ),
+    (
+        "MPS sharing",
+        r#"
+gfd: {enabled: true}
+nodeSelector: {pool: gpu}
+config:
+  map:
+    mps: |
+      version: v1
+      sharing:
+        mps:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 4
 "#,
     ),
     (

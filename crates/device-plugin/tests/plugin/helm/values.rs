@@ -238,6 +238,42 @@ fn helm_config_map_and_placement_reach_every_pod() {
 }
 
 #[test]
+fn helm_mps_sharing_runs_the_control_daemon_on_mps_nodes() {
+    let docs = render(case("MPS sharing")).unwrap();
+    let daemon = object(&docs, "DaemonSet", "nvshim-mps-control-daemon");
+    let spec = pod(daemon);
+    assert_eq!(spec["hostPID"], true);
+    assert_eq!(
+        spec["nodeSelector"],
+        json!({"pool": "gpu", "nvidia.com/mps.capable": "true"})
+    );
+    assert_eq!(spec["initContainers"][0]["name"], "toolkit-ready");
+    let container = &spec["containers"][0];
+    assert_eq!(
+        strings(&container["command"]),
+        ["/usr/bin/nvidia-device-plugin", "mps-control-daemon"]
+    );
+    let daemon_env = env(container);
+    assert_eq!(daemon_env["MPS_ROOT"], "/run/nvidia/mps");
+    assert_eq!(daemon_env["CONFIG_FILE"], "/config/mps");
+    let root = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "mps-root")
+        .unwrap();
+    assert_eq!(root["hostPath"]["path"], "/run/nvidia/mps");
+    // The plugin gets the same root; the labels (which set nvidia.com/mps.capable) the
+    // same config; without a config there is no daemon.
+    let plugin = &pod(object(&docs, "DaemonSet", "nvshim-device-plugin"))["containers"][0];
+    assert_eq!(env(plugin)["MPS_ROOT"], "/run/nvidia/mps");
+    let labels = &pod(object(&docs, "DaemonSet", "nvshim-labels"))["containers"][0];
+    assert_eq!(env(labels)["GFD_CONFIG_FILE"], "/config/mps");
+    let docs = render(case("defaults")).unwrap();
+    assert!(find(&docs, "DaemonSet", "nvshim-mps-control-daemon").is_none());
+}
+
+#[test]
 fn helm_chart_refuses_contradictory_values_by_name() {
     for (case, values, message) in [
         (
