@@ -86,7 +86,8 @@ installer:
   setAsDefault: true
   cdiEnabled: true
   toolkitDir: /opt/nvidia/toolkit
-  config: /etc/crio/crio.conf.d/99-nvidia.conf
+  config: /etc/crio/crio.conf
+  env: [{name: RUNTIME_DROP_IN_CONFIG, value: /etc/crio/crio.conf.d/99-nvidia.conf}]
 nvidiaDriverRoot: /run/nvidia/driver
 validation: {enabled: false}
 runtimeClass: {create: false}

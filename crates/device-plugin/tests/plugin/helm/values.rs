@@ -93,8 +93,12 @@ fn helm_values_reach_the_plugin_labels_exporter_and_installer() {
             "--ready-file=/run/nvidia/validations/toolkit-ready",
             "--set-as-default",
             "--cdi-enabled",
-            "--config=/etc/crio/crio.conf.d/99-nvidia.conf",
+            "--config=/etc/crio/crio.conf",
         ]
+    );
+    assert_eq!(
+        installer["env"],
+        json!([{"name": "RUNTIME_DROP_IN_CONFIG", "value": "/etc/crio/crio.conf.d/99-nvidia.conf"}])
     );
     // OpenShift: each agent's own service account may use the privileged SCC.
     let binding = object(&docs, "RoleBinding", "nvshim-privileged-scc");
