@@ -1,6 +1,7 @@
 {{/*
-Names, labels and the pieces every pod of the chart shares. Only what tests/foreign/
-helm_render supports (sprig and Helm's include, tpl, toYaml, required, fail): see README.md.
+Names, labels and the pieces every pod of the chart shares. The templates use only what
+crates/device-plugin/tests/foreign/helm_render provides (sprig, and Helm's include, tpl,
+toYaml, fromYaml, toJson, required, fail, lookup): see README.md.
 */}}
 
 {{- define "nvshim.name" -}}
