@@ -12,6 +12,7 @@
 //! flags         NVIDIA's flags against the binary: accepted, or refused by name
 //! foreign       gRPC clients we did not write (grpcio, grpc-go, raw HTTP/2)
 //! health        the XID event loop against the mock NVML
+//! helm          the Helm chart rendered by Go's text/template + sprig: schema, docs, objects
 //! http2         the :authority fix against h2's decoder
 //! kubelet       a real kubelet and containerd
 //! kustomize     deployments/kustomize/: every overlay rendered, validated and checked
@@ -36,6 +37,7 @@ mod foreign;
 mod fuzz_regressions;
 mod grpc;
 mod health;
+mod helm;
 mod http2;
 mod kubelet;
 mod kustomize;
