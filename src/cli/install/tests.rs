@@ -576,6 +576,27 @@ fn the_engine_pid_comes_from_its_socket() {
         server.join().unwrap();
         assert_eq!(pid, me, "{case}");
     }
+    // containerd comes back as another process: found at once; never: an error naming why.
+    let path = dir.path().join("back.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(b"x").unwrap();
+    });
+    let back = restart::wait_for_new_pid(
+        EngineKind::Containerd,
+        &path,
+        me + 1,
+        std::time::Duration::ZERO,
+    );
+    server.join().unwrap();
+    assert_eq!(back.unwrap(), me);
+    let gone = dir.path().join("gone.sock");
+    let err =
+        restart::wait_for_new_pid(EngineKind::Containerd, &gone, me, std::time::Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("exits on SIGHUP"), "{err}");
     let err = restart::engine_pid(EngineKind::Docker, &dir.path().join("none.sock")).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     assert_eq!(
