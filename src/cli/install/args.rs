@@ -320,8 +320,14 @@ impl InstallArgs {
             })
         });
         let config = absolute("--config", config)?;
-        let drop_in_flag = self.drop_in_config.as_ref().map(PathBuf::from);
-        let drop_in = match (path_of(env, drop_in_flag.as_ref(), ENV_DROP_IN), engine) {
+        // An empty value (flag or variable) means no drop-in, as with NVIDIA's installer,
+        // so the variables are read set-or-not here, not non-empty.
+        let drop_in_given = self
+            .drop_in_config
+            .as_ref()
+            .map(PathBuf::from)
+            .or_else(|| ENV_DROP_IN.iter().find_map(|n| env(n)).map(PathBuf::from));
+        let drop_in = match (drop_in_given, engine) {
             (Some(d), _) if d.as_os_str().is_empty() => None,
             (None, EngineKind::Docker) => None,
             (Some(d), EngineKind::Docker) => {

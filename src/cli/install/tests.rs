@@ -446,6 +446,9 @@ fn flags_and_variables_resolve_with_nvidia_names_and_bad_values_are_named() {
     );
     assert_eq!(s.engine, EngineKind::Docker);
     assert_eq!(s.config, Path::new("/srv/daemon.json"));
+    // An empty drop-in variable edits the config in place.
+    let s = host.settings_env("containerd", &[], &[("RUNTIME_DROP_IN_CONFIG", "")]);
+    assert_eq!(s.drop_in, None);
     assert_eq!(s.restart, RestartMode::None);
     // CRI-O restarts through systemd unless told otherwise.
     let root = host.root.path().display().to_string();
