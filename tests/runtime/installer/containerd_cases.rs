@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: Apache-2.0
+//! containerd: install with `--no-daemon`, `containerd config dump`, a GPU container through
+//! the dumped `BinaryName`, uninstall; then an installer daemon, an upgrade to another build
+//! under a loop of container creates, and SIGTERM to the old and the new daemon. Also the
+//! `--host-root` case, which needs no engine.
+
+use super::*;
+
+/// The node's GPUs 0 and 2 in a container `ctr run` starts with `binary` as runc.
+fn ctr_run_gpus_0_and_2(host: &Host, containerd: &Containerd, shim: &str, binary: &str, n: u32) {
+    let rootfs = host.rootfs(&format!("rootfs-ctr-{n}"));
+    let mount = format!(
+        "type=bind,src={},dst=/etc/mock-nvml.json,options=rbind:ro",
+        host.mock_mount()
+    );
+    let id = format!("nvshim-installer-{}-{n}", std::process::id());
+    let out = containerd
+        .ctr_run()
+        .args([
+            "--rm",
+            "--rootfs",
+            "--runtime",
+            shim,
+            "--runc-binary",
+            binary,
+        ])
+        .args(["--mount", &mount])
+        .args(["--env", "MOCK_NVML_CONFIG=/etc/mock-nvml.json"])
+        .args(["--env", "MOCK_NVML_DEV_ROOT=/dev"])
+        .args(["--env", "NVIDIA_VISIBLE_DEVICES=0,2"])
+        .arg(&rootfs)
+        .arg(&id)
+        .args(["/bin/sh", "-c", GPU_SCRIPT])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let what = format!("ctr run #{n} through {binary}");
+    assert!(out.status.success(), "{what}: {}", text(&out));
+    assert_gpus_0_and_2(host, &String::from_utf8_lossy(&out.stdout), &what);
+}
+
+/// Container creates through the toolkit's runtime in a thread, until stopped: each one puts
+/// the bundle's `config.json` and linker cache back, runs `<toolkit>/nvidia-container-runtime
+/// create` (which edits the spec, then execs runc, which runs the hooks the spec names), checks
+/// the GPU was injected, and deletes the container.
+struct CreateLoop {
+    stop: Arc<AtomicBool>,
+    creates: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<Result<usize, String>>,
+}
+
+impl CreateLoop {
+    fn start(host: &Host, runtime: PathBuf) -> CreateLoop {
+        let tmp = host.tmp();
+        let bundle = tmp.join("bundle");
+        let rootfs = host.rootfs("rootfs-loop");
+        runc_bundle(
+            &bundle,
+            &rootfs,
+            &["/bin/true"],
+            &["NVIDIA_VISIBLE_DEVICES=0"],
+        )
+        .unwrap();
+        let spec = fs::read(bundle.join("config.json")).unwrap();
+        let cache = fs::read(bundle.join("rootfs/etc/ld.so.cache")).unwrap();
+        let env = host.engine_env();
+        let (stop, creates) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (stop_flag, count) = (stop.clone(), creates.clone());
+        let thread = std::thread::spawn(move || {
+            let root = tmp.join("runc-root");
+            let errors = tmp.join("create-errors.log");
+            let prefix = format!("nvshim-installer-loop-{}", std::process::id());
+            while !stop_flag.load(Ordering::SeqCst) {
+                let n = count.load(Ordering::SeqCst);
+                let id = format!("{prefix}-{n}");
+                fs::write(bundle.join("config.json"), &spec).unwrap();
+                fs::write(bundle.join("rootfs/etc/ld.so.cache"), &cache).unwrap();
+                // runc hands its stdio to the container's init, which outlives `create`:
+                // a file, not a pipe, or waiting for the pipe's end would hang.
+                let status = Command::new(&runtime)
+                    .env_clear()
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["create", "--bundle"])
+                    .arg(&bundle)
+                    .arg(&id)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(File::create(&errors).unwrap())
+                    .status()
+                    .unwrap();
+                let injected = fs::read_to_string(bundle.join("config.json")).unwrap();
+                let deleted = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["delete", "--force", &id])
+                    .output()
+                    .unwrap();
+                if !status.success() {
+                    let err = fs::read_to_string(&errors).unwrap_or_default();
+                    return Err(format!("create #{n} ({status}): {err}"));
+                }
+                if !injected.contains("\"/dev/nvidia0\"") {
+                    return Err(format!(
+                        "create #{n}: /dev/nvidia0 not injected:\n{injected}"
+                    ));
+                }
+                if !deleted.status.success() {
+                    return Err(format!("delete #{n}: {}", text(&deleted)));
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(count.load(Ordering::SeqCst))
+        });
+        CreateLoop {
+            stop,
+            creates,
+            thread,
+        }
+    }
+
+    fn creates(&self) -> usize {
+        self.creates.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` creates have succeeded in all; fails with the loop's error if it ended.
+    fn wait_for(&self, n: usize, what: &str) {
+        wait_until(what, || {
+            assert!(
+                !self.thread.is_finished(),
+                "{what}: the create loop ended early"
+            );
+            self.creates() >= n
+        });
+    }
+
+    fn finish(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.join().unwrap() {
+            Ok(n) => n,
+            Err(e) => panic!("a container create failed: {e}"),
+        }
+    }
+}
+
+/// Whether every stable name in the toolkit holds the bytes of the build in `source`.
+fn toolkit_runs(toolkit: &Path, source: &Path) -> bool {
+    let read = |p: PathBuf| fs::read(p).ok();
+    let nvshim = read(source.join("nvshim"));
+    let same = |name: &str, from: &str| read(toolkit.join(name)) == read(source.join(from));
+    nvshim.is_some()
+        && same("nvidia-container-runtime", "nvidia-container-runtime")
+        && same(
+            "nvidia-container-runtime-hook",
+            "nvidia-container-runtime-hook",
+        )
+        && ["nvshim", "nvidia-ctk", "nvidia-cdi-hook"]
+            .iter()
+            .all(|name| same(name, "nvshim"))
+}
+
+#[test]
+fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_atomically() {
+    let host = Host::new();
+    let tmp = host.tmp();
+    let config = host.root().join("etc/containerd/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, containerd_config(&host.root())).unwrap();
+    let before = tree(&host.root());
+    let build_a = source_dir(&tmp.join("build-a"), b"");
+    let mut flags = host.flags("containerd", &config, &build_a);
+    flags.extend(["--restart-mode", "none"].map(str::to_owned));
+
+    // Install, look, uninstall.
+    run_ok(
+        nvshim(&["install", "--no-daemon"]).args(&flags),
+        "install --no-daemon",
+    );
+    assert!(host.ready_file().exists(), "no ready file after install");
+    let runtime = host.installed_runtime();
+    assert!(
+        toolkit_runs(&host.toolkit(), &build_a),
+        "the toolkit holds build A"
+    );
+    let (shim, binary) = dumped_nvidia_runtime(&config);
+    assert_eq!(shim, "io.containerd.runc.v2");
+    assert_eq!(binary, s(&runtime), "BinaryName in the merged config");
+    let env = host.engine_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let containerd = Containerd::start_with_config(&tmp.join("ctd"), &config, &env).unwrap();
+    ctr_run_gpus_0_and_2(&host, &containerd, &shim, &binary, 1);
+    let toolkit = host.toolkit();
+    let uninstall = ["--host-root", "/", "--toolkit-dir", s(&toolkit)];
+    run_ok(nvshim(&["uninstall"]).args(uninstall), "uninstall");
+    let changes = tree_changes(&before, &tree(&host.root()));
+    assert!(changes.is_empty(), "uninstall left changes:\n{changes}");
+
+    // The daemon, and an upgrade under a loop of creates.
+    let mut daemon_a = Daemon::spawn(&flags, tmp.join("install-a.log"));
+    wait_until("install A's ready file", || {
+        daemon_a.assert_running("install A");
+        host.ready_file().exists()
+    });
+    let creates = CreateLoop::start(&host, host.installed_runtime());
+    creates.wait_for(2, "creates through build A");
+    // B writes the ready file once it has taken over: removed here, it says when B is done.
+    fs::remove_file(host.ready_file()).unwrap();
+    let build_b = source_dir(&tmp.join("build-b"), b"\0nvshim test build B\0");
+    let before_b = creates.creates();
+    let mut flags_b = flags.clone();
+    let at = flags_b.iter().position(|f| f == "--source-dir").unwrap();
+    flags_b[at + 1] = s(&build_b).to_owned();
+    let mut daemon_b = Daemon::spawn(&flags_b, tmp.join("install-b.log"));
+    wait_until("install B's ready file and binaries", || {
+        daemon_b.assert_running("install B");
+        host.ready_file().exists() && toolkit_runs(&host.toolkit(), &build_b)
+    });
+    let during_b = creates.creates() - before_b;
+    creates.wait_for(creates.creates() + 2, "creates through build B");
+    let total = creates.finish();
+    assert!(
+        during_b >= 1,
+        "no create finished while B installed ({total} in all): the loop did not overlap the swap"
+    );
+    ctr_run_gpus_0_and_2(&host, &containerd, &shim, &binary, 2);
+
+    // SIGTERM to A, no longer the owner, changes nothing; B's undoes everything.
+    let installed = tree(&host.root());
+    daemon_a.terminate("SIGTERM to install A");
+    let changes = tree_changes(&installed, &tree(&host.root()));
+    assert!(
+        changes.is_empty(),
+        "SIGTERM to A (replaced by B) changed:\n{changes}"
+    );
+    daemon_b.terminate("SIGTERM to install B");
+    let changes = tree_changes(&before, &tree(&host.root()));
+    assert!(changes.is_empty(), "SIGTERM to B left changes:\n{changes}");
+    drop(containerd);
+}
+
+/// `--host-root H` with the defaults: files land under H, while the paths written in them are
+/// the host's (`/usr/local/nvidia/toolkit/...`, `/etc/containerd/...`), never H's.
+#[test]
+fn host_root_gets_the_files_and_host_paths_inside_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path().canonicalize().unwrap();
+    let source = source_dir(&tmp.join("build"), b"");
+    for (engine, config, text) in [
+        (
+            "containerd",
+            "etc/containerd/config.toml",
+            containerd_config(Path::new("")),
+        ),
+        (
+            "docker",
+            "etc/docker/daemon.json",
+            format!(
+                "{:#}\n",
+                json!({"log-level": "warn", "data-root": "/srv/docker"})
+            ),
+        ),
+    ] {
+        let root = tmp.join(format!("root-{engine}"));
+        let config = root.join(config);
+        fs::create_dir_all(config.parent().unwrap()).unwrap();
+        fs::write(&config, &text).unwrap();
+        let before = tree(&root);
+        let args = ["--host-root", s(&root), "--restart-mode", "none"];
+        run_ok(
+            nvshim(&["install", "--no-daemon", "--runtime", engine])
+                .args(["--source-dir", s(&source)])
+                .args(args),
+            &format!("{engine}: install --host-root"),
+        );
+        let toolkit = root.join(HOST_TOOLKIT_DIR.trim_start_matches('/'));
+        assert!(
+            toolkit_runs(&toolkit, &source),
+            "{engine}: binaries under the host root"
+        );
+        assert!(
+            root.join(HOST_READY_FILE).exists(),
+            "{engine}: ready file under the host root"
+        );
+        let installed = tree(&root);
+        let runtime = format!("{HOST_TOOLKIT_DIR}/nvidia-container-runtime");
+        let mentions = |needle: &str| -> Vec<String> {
+            installed
+                .iter()
+                .filter(|(_, e)| match e {
+                    Entry::File { bytes, .. } => {
+                        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+                    }
+                    Entry::Link { target } => target.to_string_lossy().contains(needle),
+                    Entry::Dir { .. } => false,
+                })
+                .map(|(p, _)| p.display().to_string())
+                .collect()
+        };
+        assert_eq!(
+            mentions(s(&root)),
+            Vec::<String>::new(),
+            "{engine}: files naming the host root"
+        );
+        let engine_files = mentions(&runtime);
+        assert!(
+            engine_files.iter().any(|f| f.starts_with("etc/")),
+            "{engine}: no engine config names {runtime}: {engine_files:?}"
+        );
+        let hook = format!("{HOST_TOOLKIT_DIR}/nvidia-container-runtime-hook");
+        let config_toml = format!(
+            "{}/{TOOLKIT_CONFIG}",
+            HOST_TOOLKIT_DIR.trim_start_matches('/')
+        );
+        assert!(
+            mentions(&hook).contains(&config_toml),
+            "{engine}: the toolkit's config.toml names {hook}"
+        );
+        run_ok(
+            nvshim(&["uninstall"]).args(args),
+            &format!("{engine}: uninstall --host-root"),
+        );
+        let changes = tree_changes(&before, &tree(&root));
+        assert!(
+            changes.is_empty(),
+            "{engine}: uninstall left changes:\n{changes}"
+        );
+    }
+}
