@@ -32,6 +32,14 @@ fn main() -> ExitCode {
         labels::feature_discovery::BINARY => return labels::feature_discovery::main(argv),
         _ => {}
     }
+    // `nvidia-ctk-installer [flags]`: NVIDIA's toolkit image's entry point is `install`.
+    let cli = if called_as == cli::install::INSTALLER_BINARY {
+        let mut args = vec![std::ffi::OsString::from("nvshim"), "install".into()];
+        args.extend(argv.iter().skip(1).cloned());
+        Some(Cli::parse_from(args))
+    } else {
+        None
+    };
     // `nvshim runtime -- <runc argv>`: the runtime hands requests that need NVML here
     // (see `runtime::entry`). Not a clap subcommand: runc's argv is passed through as is.
     let mut args = std::env::args_os().skip(1);
@@ -49,7 +57,7 @@ fn main() -> ExitCode {
         let rest: Vec<String> = args.skip_while(|a| a == "--").collect();
         return hook::entry::main(rest, NvmlAccess::InProcess);
     }
-    let cli = Cli::parse();
+    let cli = cli.unwrap_or_else(Cli::parse);
     if let Err(e) = logging::init(&LogSettings {
         debug: cli.debug,
         ..LogSettings::default()

@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod exporter;
 pub mod hook;
 pub mod info;
+pub mod install;
 pub mod labels;
 pub mod list;
 
@@ -161,6 +162,12 @@ pub enum Command {
     /// Serve the GPUs' metrics for Prometheus under dcgm-exporter's names and flags
     /// (DCGM_FI_* on /metrics, :9400), read through NVML.
     Exporter(exporter::ExporterArgs),
+    /// Put the runtime, hook and nvshim on the host from a container (--host-root),
+    /// register them with the engine, write the ready marker; as a daemon, undo all of
+    /// it on SIGTERM (what NVIDIA's toolkit container, nvidia-ctk-installer, does).
+    Install(install::InstallArgs),
+    /// Undo `nvshim install`: the engine's config back byte for byte, the binaries gone.
+    Uninstall(install::UninstallArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +196,8 @@ pub enum CliError {
     Labels(#[from] labels::LabelsError),
     #[error(transparent)]
     Exporter(#[from] exporter::ExporterCommandError),
+    #[error(transparent)]
+    Install(#[from] install::InstallError),
     #[error(
         "unknown hook {name:?} for --disable-hook (valid: disable-device-node-modification, all)"
     )]
@@ -222,6 +231,8 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Hook(args) => hook::run(args),
         Command::Labels(args) => labels::run(&cli.host, args, out),
         Command::Exporter(args) => exporter::run(&cli.host, args),
+        Command::Install(args) => install::run_install(&cli.host, args, out),
+        Command::Uninstall(args) => install::run_uninstall(args, out),
     }
 }
 

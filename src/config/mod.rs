@@ -15,6 +15,13 @@
 //! as in NVIDIA's runtime; a missing file named by `NVIDIA_CTK_CONFIG_FILE_PATH` is an
 //! error, as in NVIDIA's hook, which loads a file named that way as required.
 //!
+//! The runtime and the hook ([`load_installed`]) look in one more place, between the
+//! variables and `/etc`: `.config/nvidia-container-runtime/config.toml` in the directory
+//! of the path they were started as (`argv[0]`, when absolute), which is where
+//! `nvshim install` puts the file beside the binaries (NVIDIA's installer sets
+//! `XDG_CONFIG_HOME` in wrapper scripts for the same effect; we need no wrapper). For a
+//! package install that costs one failed `open` (`/usr/bin/.config/…`).
+//!
 //! # Unknown keys
 //! NVIDIA's loader ignores keys it does not know, and configs written for other
 //! toolkit versions carry keys we do not support. So an unknown key is not an error:
@@ -279,6 +286,48 @@ pub fn locate(env: impl Fn(&str) -> Option<String>) -> PathBuf {
     match set(ENV_XDG_CONFIG_HOME) {
         Some(dir) => Path::new(&dir).join(RELATIVE_PATH),
         None => PathBuf::from(DEFAULT_PATH),
+    }
+}
+
+/// The directory, beside a binary, that holds `nvidia-container-runtime/config.toml`
+/// for [`load_installed`].
+pub const BESIDE_DIR: &str = ".config";
+
+/// `<dir of argv0>/.config/nvidia-container-runtime/config.toml`, for an absolute
+/// `argv0` (an engine starts the runtime by the path it was configured with).
+pub fn beside(argv0: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let path = Path::new(argv0?);
+    if !path.is_absolute() {
+        return None;
+    }
+    Some(path.parent()?.join(BESIDE_DIR).join(RELATIVE_PATH))
+}
+
+/// [`load`] for the runtime and the hook: `NVIDIA_CTK_CONFIG_FILE_PATH`, then
+/// `XDG_CONFIG_HOME`, then the file [`beside`] `argv0` if it exists, then `/etc`.
+pub fn load_installed(
+    env: impl Fn(&str) -> Option<String>,
+    argv0: Option<&std::ffi::OsStr>,
+) -> Result<Loaded, ConfigError> {
+    let set = |name| env(name).is_some_and(|v: String| !v.is_empty());
+    if set(ENV_CONFIG_FILE_PATH) || set(ENV_XDG_CONFIG_HOME) {
+        return load(env);
+    }
+    let Some(path) = beside(argv0) else {
+        return load(env);
+    };
+    match crate::files::read_to_string(&path) {
+        Ok(text) => {
+            let (config, unknown_keys) = parse(&text, &path)?;
+            Ok(Loaded {
+                config,
+                path,
+                from_file: true,
+                unknown_keys,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => load(env),
+        Err(source) => Err(ConfigError::Read { path, source }),
     }
 }
 

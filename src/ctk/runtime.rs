@@ -249,6 +249,7 @@ fn request(args: &ConfigureArgs, warnings: &mut Vec<String>) -> Result<Request, 
         set_as_default: args.nvidia_set_as_default,
         cdi,
         undo: false,
+        host_root: PathBuf::from("/"),
     })
 }
 

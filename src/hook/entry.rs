@@ -151,10 +151,14 @@ pub fn main(raw: Vec<String>, nvml: NvmlAccess) -> ExitCode {
     }
     // `-config` names the file as NVIDIA_CTK_CONFIG_FILE_PATH would (a missing file is
     // then an error).
-    let loaded = config::load(|key| match (&args.config, key) {
-        (Some(path), config::ENV_CONFIG_FILE_PATH) => Some(path.clone()),
-        _ => std::env::var(key).ok(),
-    });
+    let argv0 = std::env::args_os().next();
+    let loaded = config::load_installed(
+        |key| match (&args.config, key) {
+            (Some(path), config::ENV_CONFIG_FILE_PATH) => Some(path.clone()),
+            _ => std::env::var(key).ok(),
+        },
+        argv0.as_deref(),
+    );
     let loaded = match loaded {
         Ok(loaded) => loaded,
         Err(e) => return failure(&e.to_string()),

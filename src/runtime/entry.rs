@@ -35,7 +35,8 @@ pub fn main(raw: Vec<OsString>, nvml: NvmlAccess) -> ExitCode {
         print_version();
     }
 
-    let loaded = config::load(|key| std::env::var(key).ok());
+    let argv0 = std::env::args_os().next();
+    let loaded = config::load_installed(|key| std::env::var(key).ok(), argv0.as_deref());
     let config = match (&loaded, invocation.creates_container()) {
         (Ok(l), _) => l.config.clone(),
         // `delete`, `kill`, `state` must keep working with a broken config file.

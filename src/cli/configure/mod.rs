@@ -38,7 +38,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::CliError;
 use crate::files::write::{self, WriteError};
 
-pub use plan::{Change, Committed, EngineKind, Plan, Request, Source, commit, plan};
+pub use plan::{
+    Backups, Change, Committed, EngineKind, Plan, Request, Source, commit, commit_with, plan,
+    resolve_under, under_root,
+};
 
 /// Where `nvidia-ctk` points engines by default: the NVIDIA runtime's install path.
 pub const DEFAULT_RUNTIME_PATH: &str = "/usr/bin/nvidia-container-runtime";
@@ -302,6 +305,7 @@ impl RuntimeArgs {
             set_as_default: self.set_as_default,
             cdi: self.cdi_enabled,
             undo: self.undo,
+            host_root: PathBuf::from("/"),
         }
     }
 }

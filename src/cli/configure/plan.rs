@@ -68,6 +68,10 @@ pub struct Request {
     pub cdi: bool,
     /// Take out what configure added instead.
     pub undo: bool,
+    /// Where the host's `/` is (`/` but for `nvshim install` in a container): `config`,
+    /// `drop_in` and `path` are host paths, read and written under this root, and what is
+    /// written into the files (an `imports` pattern) names host paths.
+    pub host_root: PathBuf,
 }
 
 impl Request {
@@ -158,7 +162,7 @@ pub struct Committed {
 /// Reads what `request` needs and computes every file's new content; writes nothing.
 pub fn plan(request: &Request) -> Result<Plan, ConfigureError> {
     let action = request.action();
-    let config = write::resolve(&request.config);
+    let config = resolve_under(&request.host_root, &request.config);
     let existing = write::read(&config)?;
     let mut notes = Vec::new();
     let mut changes = Vec::new();
@@ -182,7 +186,7 @@ pub fn plan(request: &Request) -> Result<Plan, ConfigureError> {
             let (source, label) = source_text(request, existing.as_ref(), &config)?;
             match &request.drop_in {
                 Some(d) => {
-                    let file = write::resolve(d);
+                    let file = resolve_under(&request.host_root, d);
                     let old = write::read(&file)?;
                     let text = old.as_ref().map(|e| e.text.as_str());
                     let edited = crio::drop_in(source.as_deref(), &label, text, action)?;
@@ -198,7 +202,7 @@ pub fn plan(request: &Request) -> Result<Plan, ConfigureError> {
     }
     if let Action::Add { path, .. } = action
         && Path::new(path).is_absolute()
-        && !Path::new(path).exists()
+        && !under_root(&request.host_root, Path::new(path)).exists()
     {
         notes.push(format!(
             "{path} does not exist (yet): {} will fail to start containers with this runtime until it does",
@@ -240,9 +244,13 @@ fn containerd_plan(
         changes.push(Change::new(config, existing, edited.outcome, true));
         return Ok(());
     };
-    let file = write::resolve(drop_in);
+    let file = resolve_under(&request.host_root, drop_in);
     let old = write::read(&file)?;
-    let pattern = containerd::import_pattern(&file);
+    // The pattern containerd reads names the host's path, not ours under the host root.
+    let host_file = file
+        .strip_prefix(&request.host_root)
+        .map_or_else(|_| file.clone(), |rel| Path::new("/").join(rel));
+    let pattern = containerd::import_pattern(&host_file);
     let top = existing.as_ref().map(|e| e.text.as_str());
     if request.undo {
         let outcome = if old.is_some() {
@@ -354,8 +362,57 @@ fn run_source(argv: &[String]) -> Result<String, String> {
     String::from_utf8(out.stdout).map_err(|_| "printed something that is not UTF-8".to_owned())
 }
 
-/// Writes (or removes) every changed file of `plan`, atomically, in order.
+/// `path` (a host path) as seen from here: under `root`.
+pub fn under_root(root: &Path, path: &Path) -> PathBuf {
+    match path.strip_prefix("/") {
+        Ok(rel) => root.join(rel),
+        Err(_) => root.join(path),
+    }
+}
+
+/// How many symlinks [`resolve_under`] follows before it gives up and uses the path as is.
+const MAX_LINKS: usize = 40;
+
+/// The file the host path `path` names under `root`, its symlinks followed as the host
+/// would follow them: an absolute target is a host path too, so it stays under `root`
+/// (`canonicalize` here would leave the host root). With `root` = `/` this is
+/// [`write::resolve`].
+pub fn resolve_under(root: &Path, path: &Path) -> PathBuf {
+    if root == Path::new("/") {
+        return write::resolve(path);
+    }
+    let mut host = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        let here = under_root(root, &host);
+        let Ok(target) = std::fs::read_link(&here) else {
+            return here;
+        };
+        host = if target.is_absolute() {
+            target
+        } else {
+            host.parent().unwrap_or(Path::new("/")).join(target)
+        };
+    }
+    under_root(root, &host)
+}
+
+/// Writes (or removes) every changed file of `plan`, atomically, in order, keeping a
+/// `<file>.bak` of a main config it replaces.
 pub fn commit(plan: &Plan) -> Result<Vec<Committed>, ConfigureError> {
+    commit_with(plan, Backups::Keep)
+}
+
+/// Whether [`commit_with`] keeps a `<file>.bak` of the main config files it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backups {
+    Keep,
+    /// None: `nvshim install` keeps the original bytes in its own state file, and must
+    /// leave nothing behind after its undo.
+    Skip,
+}
+
+/// [`commit`], with or without backups.
+pub fn commit_with(plan: &Plan, backups: Backups) -> Result<Vec<Committed>, ConfigureError> {
     let mut done = Vec::new();
     for change in &plan.changes {
         match &change.outcome {
@@ -365,7 +422,7 @@ pub fn commit(plan: &Plan) -> Result<Vec<Committed>, ConfigureError> {
                     &change.file,
                     text.as_bytes(),
                     change.existing.as_ref(),
-                    change.backup,
+                    change.backup && backups == Backups::Keep,
                 )?;
                 done.push(Committed {
                     file: change.file.clone(),
