@@ -247,10 +247,7 @@ fn containerd_plan(
     let file = resolve_under(&request.host_root, drop_in);
     let old = write::read(&file)?;
     // The pattern containerd reads names the host's path, not ours under the host root.
-    let host_file = file
-        .strip_prefix(&request.host_root)
-        .map_or_else(|_| file.clone(), |rel| Path::new("/").join(rel));
-    let pattern = containerd::import_pattern(&host_file);
+    let pattern = containerd::import_pattern(&host_view(&request.host_root, &file));
     let top = existing.as_ref().map(|e| e.text.as_str());
     if request.undo {
         let outcome = if old.is_some() {
@@ -271,12 +268,22 @@ fn containerd_plan(
     }
     let text = old.as_ref().map(|e| e.text.as_str());
     let dumped = matches!(request.source, Source::Command { .. });
-    let edited = containerd::drop_in(source.as_deref(), &label, dumped, text, &file, action)?;
+    // The drop-in's header comment names the file it took the CRI settings from: as the
+    // host's admin reads it, not as this process sees it under the host root.
+    let host_label = host_view(&request.host_root, &label);
+    let edited = containerd::drop_in(source.as_deref(), &host_label, dumped, text, &file, action)?;
     notes.extend(edited.notes);
     let import = containerd::add_import(top, &config, &pattern, schema.version())?;
     changes.push(Change::new(file, old, edited.outcome, false));
     changes.push(Change::new(config, existing, import.outcome, true));
     Ok(())
+}
+
+/// `path` as the host names it: without the `root` prefix it has here (unchanged when it is
+/// not under `root`, e.g. a command's label).
+fn host_view(root: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(root)
+        .map_or_else(|_| path.to_path_buf(), |rel| Path::new("/").join(rel))
 }
 
 /// The text an in-place edit starts from: the engine's dump with `--config-source=command`
