@@ -42,16 +42,19 @@ fn ctr_run_gpus_0_and_2(host: &Host, containerd: &Containerd, shim: &str, binary
 /// Container creates through the toolkit's runtime in a thread, until stopped: each one puts
 /// the bundle's `config.json` and linker cache back, runs `<toolkit>/nvidia-container-runtime
 /// create` (which edits the spec, then execs runc, which runs the hooks the spec names), checks
-/// the GPU was injected, and deletes the container.
+/// the GPU was injected, and deletes the container. Each create's version is read from the
+/// hook the runtime put in the spec: the runtime names the hook beside its own resolved
+/// executable, `<toolkit>/versions/<version>/`.
 struct CreateLoop {
     stop: Arc<AtomicBool>,
     creates: Arc<AtomicUsize>,
-    thread: std::thread::JoinHandle<Result<usize, String>>,
+    thread: std::thread::JoinHandle<Result<Vec<String>, String>>,
 }
 
 impl CreateLoop {
     fn start(host: &Host, runtime: PathBuf) -> CreateLoop {
         let tmp = host.tmp();
+        let versions_dir = host.toolkit().join("versions");
         let bundle = tmp.join("bundle");
         let rootfs = host.rootfs("rootfs-loop");
         runc_bundle(
@@ -73,6 +76,7 @@ impl CreateLoop {
             let root = tmp.join("runc-root");
             let errors = tmp.join("create-errors.log");
             let prefix = format!("nvshim-installer-loop-{}", std::process::id());
+            let mut versions = Vec::new();
             while !stop_flag.load(Ordering::SeqCst) {
                 let n = count.load(Ordering::SeqCst);
                 let id = format!("{prefix}-{n}");
@@ -112,9 +116,13 @@ impl CreateLoop {
                 if !deleted.status.success() {
                     return Err(format!("delete #{n}: {}", text(&deleted)));
                 }
+                let version = hook_version(&injected, &versions_dir).ok_or_else(|| {
+                    format!("create #{n}: no hook under {versions_dir:?}: {injected}")
+                })?;
+                versions.push(version);
                 count.fetch_add(1, Ordering::SeqCst);
             }
-            Ok(count.load(Ordering::SeqCst))
+            Ok(versions)
         });
         CreateLoop {
             stop,
@@ -138,13 +146,41 @@ impl CreateLoop {
         });
     }
 
-    fn finish(self) -> usize {
+    /// Stops the loop; the version each create ran, in order.
+    fn finish(self) -> Vec<String> {
         self.stop.store(true, Ordering::SeqCst);
         match self.thread.join().unwrap() {
-            Ok(n) => n,
+            Ok(versions) => versions,
             Err(e) => panic!("a container create failed: {e}"),
         }
     }
+}
+
+/// The `<version>` of the first hook in `spec` whose path is under `versions_dir`.
+fn hook_version(spec: &str, versions_dir: &Path) -> Option<String> {
+    let spec: serde_json::Value = serde_json::from_str(spec).ok()?;
+    let hooks = spec["hooks"].as_object()?;
+    hooks
+        .values()
+        .filter_map(|stage| stage.as_array())
+        .flatten()
+        .filter_map(|hook| hook["path"].as_str())
+        .find_map(|path| {
+            let rel = Path::new(path).strip_prefix(versions_dir).ok()?;
+            Some(
+                rel.components()
+                    .next()?
+                    .as_os_str()
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        })
+}
+
+/// The version `<toolkit>/current` names.
+fn current_version(toolkit: &Path) -> String {
+    let target = fs::read_link(toolkit.join("current")).unwrap();
+    target.file_name().unwrap().to_string_lossy().into_owned()
 }
 
 /// Whether every stable name in the toolkit holds the bytes of the build in `source`.
@@ -169,7 +205,8 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
     let tmp = host.tmp();
     let config = host.root().join("etc/containerd/config.toml");
     fs::create_dir_all(config.parent().unwrap()).unwrap();
-    fs::write(&config, containerd_config(&host.root())).unwrap();
+    // containerd makes the dirs its config names (CNI, `opt`): in its own dir, not the host's.
+    fs::write(&config, containerd_config(&tmp.join("ctd"))).unwrap();
     let before = tree(&host.root());
     let build_a = source_dir(&tmp.join("build-a"), b"");
     let mut flags = host.flags("containerd", &config, &build_a);
@@ -206,6 +243,7 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
         host.ready_file().exists()
     });
     let creates = CreateLoop::start(&host, host.installed_runtime());
+    let version_a = current_version(&host.toolkit());
     creates.wait_for(2, "creates through build A");
     // B writes the ready file once it has taken over: removed here, it says when B is done.
     fs::remove_file(host.ready_file()).unwrap();
@@ -220,11 +258,27 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
         host.ready_file().exists() && toolkit_runs(&host.toolkit(), &build_b)
     });
     let during_b = creates.creates() - before_b;
+    let version_b = current_version(&host.toolkit());
+    assert_ne!(version_a, version_b, "B is a version of its own");
     creates.wait_for(creates.creates() + 2, "creates through build B");
-    let total = creates.finish();
+    // Every create succeeded (finish panics otherwise), each ran A or B whole, and the loop
+    // ran across the switch: A's creates, then B's, never back.
+    let versions = creates.finish();
+    let switch = versions
+        .iter()
+        .position(|v| *v != version_a)
+        .unwrap_or(versions.len());
+    let (on_a, on_b) = versions.split_at(switch);
+    let summary = format!(
+        "{} creates, {before_b} before B started, {during_b} while it installed: {versions:?} \
+         (A {version_a}, B {version_b})",
+        versions.len()
+    );
+    assert!(on_a.len() >= 2 && on_b.len() >= 2, "{summary}");
+    assert!(on_b.iter().all(|v| *v == version_b), "{summary}");
     assert!(
         during_b >= 1,
-        "no create finished while B installed ({total} in all): the loop did not overlap the swap"
+        "no create finished while B installed: the loop did not overlap the swap; {summary}"
     );
     ctr_run_gpus_0_and_2(&host, &containerd, &shim, &binary, 2);
 
@@ -291,17 +345,28 @@ fn host_root_gets_the_files_and_host_paths_inside_them() {
             installed
                 .iter()
                 .filter(|(_, e)| match e {
-                    Entry::File { bytes, .. } => {
-                        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+                    // The binaries are the build's copies (checked above); the text files
+                    // are what the installer wrote. (A byte search of 90 MB of debug
+                    // binaries would cost seconds in a debug test.)
+                    Entry::File { bytes, .. } if !bytes.starts_with(b"\x7fELF") => {
+                        String::from_utf8_lossy(bytes).contains(needle)
                     }
+                    Entry::File { .. } => false,
                     Entry::Link { target } => target.to_string_lossy().contains(needle),
                     Entry::Dir { .. } => false,
                 })
                 .map(|(p, _)| p.display().to_string())
                 .collect()
         };
+        // What the host's software reads (engine configs, config.toml, the ready file) must
+        // not name the host root. The installer's own record is read back through a host root
+        // only, so it is left out here.
+        let naming_root: Vec<String> = mentions(s(&root))
+            .into_iter()
+            .filter(|f| !f.ends_with(".nvshim-install.json"))
+            .collect();
         assert_eq!(
-            mentions(s(&root)),
+            naming_root,
             Vec::<String>::new(),
             "{engine}: files naming the host root"
         );
