@@ -47,7 +47,10 @@ fn ctr_run_gpus_0_and_2(host: &Host, containerd: &Containerd, shim: &str, binary
 /// executable, `<toolkit>/versions/<version>/`.
 struct CreateLoop {
     stop: Arc<AtomicBool>,
+    /// Creates finished.
     creates: Arc<AtomicUsize>,
+    /// Creates started.
+    started: Arc<AtomicUsize>,
     thread: std::thread::JoinHandle<Result<Vec<String>, String>>,
 }
 
@@ -71,7 +74,8 @@ impl CreateLoop {
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicUsize::new(0)),
         );
-        let (stop_flag, count) = (stop.clone(), creates.clone());
+        let started = Arc::new(AtomicUsize::new(0));
+        let (stop_flag, count, starts) = (stop.clone(), creates.clone(), started.clone());
         let thread = std::thread::spawn(move || {
             let root = tmp.join("runc-root");
             let errors = tmp.join("create-errors.log");
@@ -82,6 +86,7 @@ impl CreateLoop {
                 let id = format!("{prefix}-{n}");
                 fs::write(bundle.join("config.json"), &spec).unwrap();
                 fs::write(bundle.join("rootfs/etc/ld.so.cache"), &cache).unwrap();
+                starts.fetch_add(1, Ordering::SeqCst);
                 // runc hands its stdio to the container's init, which outlives `create`:
                 // a file, not a pipe, or waiting for the pipe's end would hang.
                 let status = Command::new(&runtime)
@@ -127,12 +132,17 @@ impl CreateLoop {
         CreateLoop {
             stop,
             creates,
+            started,
             thread,
         }
     }
 
     fn creates(&self) -> usize {
         self.creates.load(Ordering::SeqCst)
+    }
+
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
     }
 
     /// Waits until `n` creates have succeeded in all; fails with the loop's error if it ended.
@@ -257,7 +267,9 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
         daemon_b.assert_running("install B");
         host.ready_file().exists() && toolkit_runs(&host.toolkit(), &build_b)
     });
-    let during_b = creates.creates() - before_b;
+    // Creates that overlapped B's install: started before it was done, not finished before
+    // it began.
+    let during_b = creates.started() - before_b;
     let version_b = current_version(&host.toolkit());
     assert_ne!(version_a, version_b, "B is a version of its own");
     creates.wait_for(creates.creates() + 2, "creates through build B");
@@ -270,16 +282,13 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
         .unwrap_or(versions.len());
     let (on_a, on_b) = versions.split_at(switch);
     let summary = format!(
-        "{} creates, {before_b} before B started, {during_b} while it installed: {versions:?} \
+        "{} creates, {before_b} before B started, {during_b} overlapping its install: {versions:?} \
          (A {version_a}, B {version_b})",
         versions.len()
     );
     assert!(on_a.len() >= 2 && on_b.len() >= 2, "{summary}");
     assert!(on_b.iter().all(|v| *v == version_b), "{summary}");
-    assert!(
-        during_b >= 1,
-        "no create finished while B installed: the loop did not overlap the swap; {summary}"
-    );
+    assert!(during_b >= 1, "no create overlapped B's install; {summary}");
     ctr_run_gpus_0_and_2(&host, &containerd, &shim, &binary, 2);
 
     // SIGTERM to A, no longer the owner, changes nothing; B's undoes everything.
@@ -297,101 +306,84 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
 }
 
 /// `--host-root H` with the defaults: files land under H, while the paths written in them are
-/// the host's (`/usr/local/nvidia/toolkit/...`, `/etc/containerd/...`), never H's.
+/// the host's (`/usr/local/nvidia/toolkit/...`, `/etc/containerd/...`), never H's. containerd,
+/// whose drop-in and `imports` carry host paths of their own; docker's daemon.json gets only
+/// the runtime's path, which the same code writes.
 #[test]
 fn host_root_gets_the_files_and_host_paths_inside_them() {
-    let tmp = tempfile::tempdir().unwrap();
-    let tmp = tmp.path().canonicalize().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().canonicalize().unwrap();
     let source = source_dir(&tmp.join("build"), b"");
-    for (engine, config, text) in [
-        (
-            "containerd",
-            "etc/containerd/config.toml",
-            containerd_config(Path::new("")),
-        ),
-        (
-            "docker",
-            "etc/docker/daemon.json",
-            format!(
-                "{:#}\n",
-                json!({"log-level": "warn", "data-root": "/srv/docker"})
-            ),
-        ),
-    ] {
-        let root = tmp.join(format!("root-{engine}"));
-        let config = root.join(config);
-        fs::create_dir_all(config.parent().unwrap()).unwrap();
-        fs::write(&config, &text).unwrap();
-        let before = tree(&root);
-        let args = ["--host-root", s(&root), "--restart-mode", "none"];
-        run_ok(
-            nvshim(&["install", "--no-daemon", "--runtime", engine])
-                .args(["--source-dir", s(&source)])
-                .args(args),
-            &format!("{engine}: install --host-root"),
-        );
-        let toolkit = root.join(HOST_TOOLKIT_DIR.trim_start_matches('/'));
-        assert!(
-            toolkit_runs(&toolkit, &source),
-            "{engine}: binaries under the host root"
-        );
-        assert!(
-            root.join(HOST_READY_FILE).exists(),
-            "{engine}: ready file under the host root"
-        );
-        let installed = tree(&root);
-        let runtime = format!("{HOST_TOOLKIT_DIR}/nvidia-container-runtime");
-        let mentions = |needle: &str| -> Vec<String> {
-            installed
-                .iter()
-                .filter(|(_, e)| match e {
-                    // The binaries are the build's copies (checked above); the text files
-                    // are what the installer wrote. (A byte search of 90 MB of debug
-                    // binaries would cost seconds in a debug test.)
-                    Entry::File { bytes, .. } if !bytes.starts_with(b"\x7fELF") => {
-                        String::from_utf8_lossy(bytes).contains(needle)
-                    }
-                    Entry::File { .. } => false,
-                    Entry::Link { target } => target.to_string_lossy().contains(needle),
-                    Entry::Dir { .. } => false,
-                })
-                .map(|(p, _)| p.display().to_string())
-                .collect()
-        };
-        // What the host's software reads (engine configs, config.toml, the ready file) must
-        // not name the host root. The installer's own record is read back through a host root
-        // only, so it is left out here.
-        let naming_root: Vec<String> = mentions(s(&root))
-            .into_iter()
-            .filter(|f| !f.ends_with(".nvshim-install.json"))
-            .collect();
-        assert_eq!(
-            naming_root,
-            Vec::<String>::new(),
-            "{engine}: files naming the host root"
-        );
-        let engine_files = mentions(&runtime);
-        assert!(
-            engine_files.iter().any(|f| f.starts_with("etc/")),
-            "{engine}: no engine config names {runtime}: {engine_files:?}"
-        );
-        let hook = format!("{HOST_TOOLKIT_DIR}/nvidia-container-runtime-hook");
-        let config_toml = format!(
-            "{}/{TOOLKIT_CONFIG}",
-            HOST_TOOLKIT_DIR.trim_start_matches('/')
-        );
-        assert!(
-            mentions(&hook).contains(&config_toml),
-            "{engine}: the toolkit's config.toml names {hook}"
-        );
-        run_ok(
-            nvshim(&["uninstall"]).args(args),
-            &format!("{engine}: uninstall --host-root"),
-        );
-        let changes = tree_changes(&before, &tree(&root));
-        assert!(
-            changes.is_empty(),
-            "{engine}: uninstall left changes:\n{changes}"
-        );
-    }
+    let root = tmp.join("host");
+    let config = root.join("etc/containerd/config.toml");
+    fs::create_dir_all(config.parent().unwrap()).unwrap();
+    fs::write(&config, containerd_config(Path::new(""))).unwrap();
+    let before = tree(&root);
+    let args = ["--host-root", s(&root), "--restart-mode", "none"];
+    run_ok(
+        nvshim(&["install", "--no-daemon", "--runtime", "containerd"])
+            .args(["--source-dir", s(&source)])
+            .args(args),
+        "install --host-root",
+    );
+    let toolkit = root.join(HOST_TOOLKIT_DIR.trim_start_matches('/'));
+    assert!(
+        toolkit_runs(&toolkit, &source),
+        "binaries under the host root"
+    );
+    assert!(
+        root.join(HOST_READY_FILE).exists(),
+        "ready file under the host root"
+    );
+    let installed = tree(&root);
+    // The files that hold `needle`, but for the installer's own record, which is read back
+    // through a host root only.
+    let mentions = |needle: &str| -> Vec<String> {
+        installed
+            .iter()
+            .filter(|(p, _)| !p.ends_with(".nvshim-install.json"))
+            .filter(|(_, e)| match e {
+                // The binaries are the build's copies (checked above); the text files are
+                // what the installer wrote. (A byte search of 90 MB of debug binaries would
+                // cost seconds in a debug test.)
+                Entry::File { bytes, .. } if !bytes.starts_with(b"\x7fELF") => {
+                    String::from_utf8_lossy(bytes).contains(needle)
+                }
+                Entry::File { .. } | Entry::Dir { .. } => false,
+                Entry::Link { target } => target.to_string_lossy().contains(needle),
+            })
+            .map(|(p, _)| p.display().to_string())
+            .collect()
+    };
+    // What the host's software reads (engine configs, config.toml, the ready file) must not
+    // name the host root.
+    assert_eq!(
+        mentions(s(&root)),
+        Vec::<String>::new(),
+        "files naming the host root"
+    );
+    let runtime = format!("\"{HOST_TOOLKIT_DIR}/nvidia-container-runtime\"");
+    assert_eq!(
+        mentions(&runtime),
+        ["etc/containerd/conf.d/99-nvidia.toml"],
+        "the files naming {runtime}"
+    );
+    let imports = mentions("imports = [\"/etc/containerd/conf.d/*.toml\"]");
+    assert_eq!(
+        imports,
+        ["etc/containerd/config.toml"],
+        "the import of the drop-in"
+    );
+    let hook = format!("{HOST_TOOLKIT_DIR}/nvidia-container-runtime-hook");
+    let config_toml = format!(
+        "{}/{TOOLKIT_CONFIG}",
+        HOST_TOOLKIT_DIR.trim_start_matches('/')
+    );
+    assert!(
+        mentions(&hook).contains(&config_toml),
+        "the toolkit's config.toml names {hook}"
+    );
+    run_ok(nvshim(&["uninstall"]).args(args), "uninstall --host-root");
+    let changes = tree_changes(&before, &tree(&root));
+    assert!(changes.is_empty(), "uninstall left changes:\n{changes}");
 }
