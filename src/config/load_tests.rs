@@ -148,3 +148,77 @@ fn load_reads_and_parses_the_file() {
         "directory"
     );
 }
+
+#[test]
+fn load_installed_looks_beside_argv0_after_the_variables_and_before_etc() {
+    let dir = tempdir();
+    let bin = dir.path().join("toolkit");
+    let beside_file = bin.join(BESIDE_DIR).join(RELATIVE_PATH);
+    let argv0 = bin.join("nvidia-container-runtime");
+    let argv0 = Some(argv0.as_os_str());
+    let xdg = dir.path().join("xdg");
+    let xdg_str = xdg.to_string_lossy().into_owned();
+    let loaded = |vars: &[(&str, &str)], argv0| match load_installed(env_of(vars), argv0) {
+        Ok(l) => (l.path, l.config.nvidia_container_cli.root),
+        Err(e) => panic!("load_installed: {e}"),
+    };
+    // No file beside: /etc (whatever it holds on this machine).
+    let (path, _) = loaded(&[], argv0);
+    assert_eq!(path, PathBuf::from(DEFAULT_PATH), "nothing beside");
+
+    let Some(parent) = beside_file.parent() else {
+        panic!("no parent")
+    };
+    std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(
+        &beside_file,
+        "[nvidia-container-cli]\nroot = \"/run/nvidia/driver\"\n",
+    )
+    .unwrap_or_else(|e| panic!("write: {e}"));
+    type Case<'a> = (
+        &'a str,
+        Vec<(&'a str, &'a str)>,
+        Option<&'a std::ffi::OsStr>,
+        PathBuf,
+        &'a str,
+    );
+    let cases: &[Case] = &[
+        (
+            "beside argv0",
+            vec![],
+            argv0,
+            beside_file.clone(),
+            "/run/nvidia/driver",
+        ),
+        (
+            "XDG_CONFIG_HOME wins",
+            vec![("XDG_CONFIG_HOME", xdg_str.as_str())],
+            argv0,
+            xdg.join(RELATIVE_PATH),
+            "",
+        ),
+        (
+            "a relative argv0 is not looked beside",
+            vec![],
+            Some(std::ffi::OsStr::new("nvidia-container-runtime")),
+            PathBuf::from(DEFAULT_PATH),
+            "-",
+        ),
+    ];
+    for (case, vars, argv0, want_path, want_root) in cases {
+        let (path, root) = loaded(vars, *argv0);
+        assert_eq!(&path, want_path, "{case}");
+        if *want_root != "-" {
+            assert_eq!(root, Path::new(want_root), "{case}");
+        }
+    }
+    assert_eq!(beside(Some(std::ffi::OsStr::new("runtime"))), None);
+    assert_eq!(
+        beside(Some(std::ffi::OsStr::new(
+            "/usr/bin/nvidia-container-runtime"
+        ))),
+        Some(PathBuf::from(
+            "/usr/bin/.config/nvidia-container-runtime/config.toml"
+        ))
+    );
+}

@@ -554,3 +554,35 @@ fn requests_needing_nvml_go_through_the_nvshim_helper() {
     assert!(host.runc_argv().is_none(), "runc must not run");
     assert_eq!(fs::read(bundle.join("config.json")).unwrap(), before);
 }
+
+#[test]
+fn a_runtime_started_by_a_toolkit_path_reads_the_config_beside_it() {
+    // As `nvshim install` lays it out: the engine runs <toolkit>/nvidia-container-runtime,
+    // a link to the binary elsewhere, and config.toml is in <toolkit>/.config.
+    let host = Host::new(1);
+    let toolkit = host.dir.path().join("toolkit");
+    let beside = toolkit.join(".config/nvidia-container-runtime");
+    fs::create_dir_all(&beside).unwrap();
+    fs::copy(
+        host.dir.path().join("config.toml"),
+        beside.join("config.toml"),
+    )
+    .unwrap();
+    let runtime = toolkit.join("nvidia-container-runtime");
+    std::os::unix::fs::symlink(crate::common::runtime_bin(), &runtime).unwrap();
+    let out = Command::new(&runtime)
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .env("FAKE_RUNC_OUT", host.dir.path().join("runc-argv"))
+        .args(["state", "cid"])
+        .output()
+        .unwrap();
+    // Only the config beside it names the stand-in runc (PATH has none).
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(host.runc_argv().unwrap(), ["state", "cid"]);
+}

@@ -106,7 +106,7 @@ pub struct InstallArgs {
     pub config: Option<PathBuf>,
     /// The drop-in file on the host (containerd, CRI-O); an empty value edits --config.
     #[arg(long, value_name = "PATH")]
-    pub drop_in_config: Option<PathBuf>,
+    pub drop_in_config: Option<String>,
     /// The engine's socket on the host (for --restart-mode signal).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -320,10 +320,8 @@ impl InstallArgs {
             })
         });
         let config = absolute("--config", config)?;
-        let drop_in = match (
-            path_of(env, self.drop_in_config.as_ref(), ENV_DROP_IN),
-            engine,
-        ) {
+        let drop_in_flag = self.drop_in_config.as_ref().map(PathBuf::from);
+        let drop_in = match (path_of(env, drop_in_flag.as_ref(), ENV_DROP_IN), engine) {
             (Some(d), _) if d.as_os_str().is_empty() => None,
             (None, EngineKind::Docker) => None,
             (Some(d), EngineKind::Docker) => {

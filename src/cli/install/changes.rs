@@ -16,10 +16,7 @@ use crate::files::write;
 
 /// The host path of `here` (a path under the host root).
 pub fn host_path(place: &Place, here: &Path) -> PathBuf {
-    match here.strip_prefix(&place.host_root) {
-        Ok(rel) => Path::new("/").join(rel),
-        Err(_) => here.to_path_buf(),
-    }
+    super::layout::on_host(&place.host_root, here)
 }
 
 /// The configure request for the engine the state names.
@@ -68,7 +65,7 @@ pub fn configure_engine(
             continue;
         }
         if let (Some(dir), Outcome::Write(_)) = (change.file.parent(), &change.outcome) {
-            create_dirs(dir, state)?;
+            create_dirs(&place.host_root, dir, state)?;
         }
         let host = host_path(place, &change.file);
         state.record(&host, change.old_text(), change.new_text());
@@ -99,7 +96,7 @@ pub fn write_recorded(
         return Ok(false);
     }
     if let Some(dir) = here.parent() {
-        create_dirs(dir, state)?;
+        create_dirs(&place.host_root, dir, state)?;
     }
     state.record(host, existing.as_ref().map(|e| e.text.as_str()), Some(text));
     save_state(state_file, state)?;

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::InstallError;
 use super::state::{SavedFile, State};
+use crate::cli::configure::under_root;
 use crate::config::BESIDE_DIR;
 use crate::container::NVML_HELPER;
 use crate::hook_contract::{CDI_HOOK_BINARY, CTK_BINARY, HOOK_BINARY};
@@ -95,8 +96,17 @@ pub fn read_sources(source: &Path) -> Result<Vec<(&'static str, Vec<u8>)>, Insta
         .collect()
 }
 
-/// Creates `dir` and its missing parents, recording each one created in `state`.
-pub fn create_dirs(dir: &Path, state: &mut State) -> Result<(), InstallError> {
+/// `here` (a path under `root`) as a host path, for the record.
+pub fn on_host(root: &Path, here: &Path) -> PathBuf {
+    match here.strip_prefix(root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => here.to_path_buf(),
+    }
+}
+
+/// Creates `dir` (a path under `root`) and its missing parents, recording each one
+/// created in `state` (as a host path).
+pub fn create_dirs(root: &Path, dir: &Path, state: &mut State) -> Result<(), InstallError> {
     let mut missing = Vec::new();
     let mut at = dir;
     while !at.exists() {
@@ -108,7 +118,7 @@ pub fn create_dirs(dir: &Path, state: &mut State) -> Result<(), InstallError> {
     }
     for d in missing.iter().rev() {
         match fs::create_dir(d) {
-            Ok(()) => state.record_dir(d),
+            Ok(()) => state.record_dir(&on_host(root, d)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_err("create directory", d)(e)),
         }
@@ -116,16 +126,17 @@ pub fn create_dirs(dir: &Path, state: &mut State) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Installs `sources` under `toolkit` (a path here, under the host root) and switches
-/// every name to them.
+/// Installs `sources` under `toolkit` (a path here, under the host root `root`) and
+/// switches every name to them.
 pub fn install(
+    root: &Path,
     toolkit: &Path,
     sources: &[(&'static str, Vec<u8>)],
     state: &mut State,
 ) -> Result<Installed, InstallError> {
     let id = version_id(sources);
     let versions = toolkit.join(VERSIONS_DIR);
-    create_dirs(&versions, state)?;
+    create_dirs(root, &versions, state)?;
     let dir = versions.join(&id);
     if dir.exists() && !holds(&dir, sources) {
         // A damaged copy (a crash mid-install): never reuse it.
@@ -150,7 +161,7 @@ pub fn install(
     }
     let mut named = false;
     for name in stable_names() {
-        named |= link_name(toolkit, name, state)?;
+        named |= link_name(root, toolkit, name, state)?;
     }
     sync_dir(toolkit)?;
     if switched {
@@ -221,21 +232,27 @@ fn replace_link(link: &Path, target: &Path) -> Result<(), InstallError> {
 
 /// Makes `<toolkit>/<name>` the link `current/<name>`; a file of someone else's there is
 /// moved aside first (and recorded). True when something changed.
-fn link_name(toolkit: &Path, name: &str, state: &mut State) -> Result<bool, InstallError> {
+fn link_name(
+    root: &Path,
+    toolkit: &Path,
+    name: &str,
+    state: &mut State,
+) -> Result<bool, InstallError> {
     let path = toolkit.join(name);
+    let host = on_host(root, &path);
     let target = Path::new(CURRENT_LINK).join(name);
     match fs::read_link(&path) {
         Ok(t) if t == target => return Ok(false),
         _ => {}
     }
-    if fs::symlink_metadata(&path).is_ok() && !state.saved.iter().any(|s| s.path == path) {
+    if fs::symlink_metadata(&path).is_ok() && !state.saved.iter().any(|s| s.path == host) {
         let saved_dir = toolkit.join(SAVED_DIR);
-        create_dirs(&saved_dir, state)?;
+        create_dirs(root, &saved_dir, state)?;
         let saved_as = saved_dir.join(name);
         fs::rename(&path, &saved_as).map_err(io_err("move aside", &path))?;
         state.saved.push(SavedFile {
-            path: path.clone(),
-            saved_as,
+            path: host,
+            saved_as: on_host(root, &saved_as),
         });
     }
     replace_link(&path, &target)?;
@@ -258,7 +275,7 @@ fn prune(versions: &Path, keep: &str, previous: Option<&str>) -> Result<(), Inst
 
 /// Takes the binaries out again: the names (only links of ours), `current`, every
 /// version; files that were moved aside come back.
-pub fn remove(toolkit: &Path, state: &State) -> Result<(), InstallError> {
+pub fn remove(root: &Path, toolkit: &Path, state: &State) -> Result<(), InstallError> {
     for name in stable_names() {
         let path = toolkit.join(name);
         if fs::read_link(&path).is_ok_and(|t| t == Path::new(CURRENT_LINK).join(name)) {
@@ -274,8 +291,12 @@ pub fn remove(toolkit: &Path, state: &State) -> Result<(), InstallError> {
         fs::remove_dir_all(&versions).map_err(io_err("remove", &versions))?;
     }
     for saved in &state.saved {
-        if fs::symlink_metadata(&saved.saved_as).is_ok() {
-            fs::rename(&saved.saved_as, &saved.path).map_err(io_err("put back", &saved.path))?;
+        let (from, to) = (
+            under_root(root, &saved.saved_as),
+            under_root(root, &saved.path),
+        );
+        if fs::symlink_metadata(&from).is_ok() {
+            fs::rename(&from, &to).map_err(io_err("put back", &to))?;
         }
     }
     sync_dir(toolkit)

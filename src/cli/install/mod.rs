@@ -105,19 +105,22 @@ pub(crate) fn save_state(file: &Path, state: &State) -> Result<(), InstallError>
 
 /// config.toml for the toolkit directory: NVIDIA's defaults, the driver root, and the
 /// hook and `nvidia-ctk` in the toolkit directory.
-pub fn config_toml(settings: &Settings) -> String {
+pub fn config_toml(settings: &Settings) -> Result<String, InstallError> {
     let mut config = Config::default();
     let toolkit = &settings.place.toolkit_dir;
     config.nvidia_container_cli.root = settings.driver_root.clone();
     config.nvidia_container_cli.dev_root = settings.dev_root.clone();
     config.nvidia_container_runtime_hook.path = toolkit.join(HOOK_BINARY);
     config.nvidia_ctk.path = toolkit.join(CTK_BINARY);
-    let body = toml::to_string(&config).unwrap_or_default();
-    format!(
+    let body = toml::to_string(&config).map_err(|e| InstallError::State {
+        path: config_toml_path(toolkit),
+        reason: format!("cannot write the config: {e}"),
+    })?;
+    Ok(format!(
         "# Written by `nvshim install`; taken out again by its undo. The runtime, the hook and\n\
          # nvshim in {} read this file (it is beside them, see docs/configuration.md).\n\n{body}",
         toolkit.display()
-    )
+    ))
 }
 
 /// Where config.toml goes, as a host path.
@@ -157,7 +160,7 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
         saved: Vec::new(),
         dirs: Vec::new(),
     };
-    layout::create_dirs(&toolkit, &mut fresh)?;
+    layout::create_dirs(&place.host_root, &toolkit, &mut fresh)?;
     // A previous install's record is taken over: its originals stay the originals.
     let mut state = state::load(&file)?.unwrap_or(fresh);
     if !state.owner.is_empty() {
@@ -191,7 +194,7 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
     state.ready_file = settings.ready_file.clone();
     save_state(&file, &state)?;
 
-    let installed = layout::install(&toolkit, &sources, &mut state)?;
+    let installed = layout::install(&place.host_root, &toolkit, &sources, &mut state)?;
     save_state(&file, &state)?;
     lines.push(match (&installed.previous, installed.changed) {
         (_, false) => format!("binaries {} already in place", installed.version),
@@ -204,7 +207,7 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
         &mut state,
         &file,
         &config_path,
-        &config_toml(settings),
+        &config_toml(settings)?,
     )? {
         lines.push(format!("wrote {}", config_path.display()));
     }
@@ -295,20 +298,17 @@ pub fn uninstall(
         )?);
     }
     let toolkit = place.host(&place.toolkit_dir);
-    layout::remove(&toolkit, &state)?;
+    layout::remove(&place.host_root, &toolkit, &state)?;
     std::fs::remove_file(&file).map_err(|source| InstallError::Io {
         what: "remove",
         path: file.clone(),
         source,
     })?;
     for dir in state.dirs.iter().rev() {
-        match std::fs::remove_dir(dir) {
+        match std::fs::remove_dir(place.host(dir)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => lines.push(format!(
-                "note: left {} ({e})",
-                changes::host_path(place, dir).display()
-            )),
+            Err(e) => lines.push(format!("note: left {} ({e})", dir.display())),
         }
     }
     lines.push(format!("uninstalled from {}", place.toolkit_dir.display()));

@@ -31,6 +31,8 @@ use crate::cli::configure::EngineKind;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to keep trying to reach an engine that is (re)starting.
 const REACH_DEADLINE: Duration = Duration::from_secs(30);
+/// How long containerd's service manager gets to start it again after the SIGHUP.
+const COME_BACK_DEADLINE: Duration = Duration::from_secs(60);
 const RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
 /// What docker answers (any HTTP request does); containerd's gRPC server speaks first.
@@ -56,9 +58,16 @@ pub fn restart(
                 socket: socket.to_path_buf(),
                 reason: e.to_string(),
             })?;
+            if engine != EngineKind::Containerd {
+                return Ok(format!(
+                    "sent SIGHUP to {} (pid {pid}, from {})",
+                    engine.display(),
+                    socket.display()
+                ));
+            }
+            let new = wait_for_new_pid(engine, socket, pid, COME_BACK_DEADLINE)?;
             Ok(format!(
-                "sent SIGHUP to {} (pid {pid}, from {})",
-                engine.display(),
+                "sent SIGHUP to containerd (pid {pid}, from {}); it is back as pid {new}",
                 socket.display()
             ))
         }
@@ -92,6 +101,33 @@ pub fn systemctl_argv(engine: EngineKind, host_root: &Path) -> Vec<String> {
     }
     argv.extend(["systemctl", "restart", engine.unit()].map(str::to_owned));
     argv
+}
+
+/// containerd exits on SIGHUP: the ready marker waits until a new process serves the
+/// socket, so that it means what it says.
+pub fn wait_for_new_pid(
+    engine: EngineKind,
+    socket: &Path,
+    old: i32,
+    within: Duration,
+) -> Result<i32, InstallError> {
+    let deadline = Instant::now() + within;
+    loop {
+        match engine_pid(engine, socket) {
+            Ok(pid) if pid != old => return Ok(pid),
+            _ if Instant::now() >= deadline => {
+                return Err(InstallError::Socket {
+                    socket: socket.to_path_buf(),
+                    reason: format!(
+                        "{} (pid {old}) exits on SIGHUP, and no new process served the socket within {} s: is a service manager restarting it? (else use --restart-mode systemd or none)",
+                        engine.display(),
+                        within.as_secs()
+                    ),
+                });
+            }
+            _ => std::thread::sleep(RETRY_INTERVAL),
+        }
+    }
 }
 
 fn engine_pid_retrying(engine: EngineKind, socket: &Path) -> Result<i32, InstallError> {
