@@ -78,13 +78,17 @@ fn dockerd_reloads_the_runtime_on_sighup_and_runs_a_gpu_container_by_name() {
         host.ready_file().exists()
     });
     let runtime = host.installed_runtime();
-    assert_eq!(reloads(&dockerd), 1, "dockerd reloads after the install");
+    // The installer signals dockerd and goes on: dockerd's reload may follow the ready file.
+    wait_until("dockerd reloads daemon.json after SIGHUP", || {
+        reloads(&dockerd) >= 1
+    });
     let mut runtimes = BTreeMap::new();
     wait_until("docker info lists nvidia after SIGHUP", || {
         runtimes = docker_runtimes(&dockerd);
         runtimes.contains_key("nvidia")
     });
     assert_eq!(runtimes["nvidia"], s(&runtime), "docker info: {runtimes:?}");
+    let reloads_installed = reloads(&dockerd);
     let pid_now = fs::read_to_string(engine_dir.join("docker.pid")).unwrap();
     assert_eq!(pid_now, pid, "dockerd was restarted, not signalled");
 
@@ -122,9 +126,9 @@ fn dockerd_reloads_the_runtime_on_sighup_and_runs_a_gpu_container_by_name() {
     );
     // dockerd reloads `runtimes` on SIGHUP only when the file sets the key, so the original
     // file (without it) leaves the runtime listed until dockerd restarts; what shows that the
-    // undo signalled it is a second reload in its log.
+    // undo signalled it is one more reload in its log.
     wait_until("dockerd reloads daemon.json after the undo", || {
-        reloads(&dockerd) >= 2
+        reloads(&dockerd) > reloads_installed
     });
     let pid_now = fs::read_to_string(engine_dir.join("docker.pid")).unwrap();
     assert_eq!(pid_now, pid, "dockerd was restarted by the undo");
