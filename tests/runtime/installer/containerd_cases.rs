@@ -239,6 +239,17 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
     let env = host.engine_env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let containerd = Containerd::start_with_config(&tmp.join("ctd"), &config, &env).unwrap();
+    // The running daemon's CRI plugin, which is what kubelet's RuntimeClass reaches, has it too.
+    let log = fs::read_to_string(containerd.log()).unwrap();
+    let cri = log
+        .lines()
+        .find(|l| l.contains("Start cri plugin with config"))
+        .unwrap_or_else(|| panic!("the CRI plugin did not start:\n{log}"));
+    assert!(
+        cri.contains("nvidia:{Type:io.containerd.runc.v2")
+            && cri.contains(&format!("BinaryName:{binary}")),
+        "the CRI plugin's runtimes: {cri}"
+    );
     ctr_run_gpus_0_and_2(&host, &containerd, &shim, &binary, 1);
     let toolkit = host.toolkit();
     let uninstall = ["--host-root", "/", "--toolkit-dir", s(&toolkit)];
