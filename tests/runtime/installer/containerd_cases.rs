@@ -320,6 +320,9 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
 /// the host's (`/usr/local/nvidia/toolkit/...`, `/etc/containerd/...`), never H's. containerd,
 /// whose drop-in and `imports` carry host paths of their own; docker's daemon.json gets only
 /// the runtime's path, which the same code writes.
+///
+/// The install runs as the toolkit image runs it: by NVIDIA's name, from the dir that holds
+/// the binaries (the default source), the engine and restart mode from NVIDIA's variables.
 #[test]
 fn host_root_gets_the_files_and_host_paths_inside_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -330,13 +333,21 @@ fn host_root_gets_the_files_and_host_paths_inside_them() {
     fs::create_dir_all(config.parent().unwrap()).unwrap();
     fs::write(&config, containerd_config(Path::new(""))).unwrap();
     let before = tree(&root);
-    let args = ["--host-root", s(&root), "--restart-mode", "none"];
-    run_ok(
-        nvshim(&["install", "--no-daemon", "--runtime", "containerd"])
-            .args(["--source-dir", s(&source)])
-            .args(args),
-        "install --host-root",
-    );
+    let installer = source.join("nvidia-ctk-installer");
+    std::os::unix::fs::symlink("nvshim", &installer).unwrap();
+    let out = Command::new(&installer)
+        .env_clear()
+        .envs([
+            ("PATH", PATH),
+            ("RUNTIME", "containerd"),
+            ("RESTART_MODE", "none"),
+        ])
+        .args(["--no-daemon", "--host-root", s(&root)])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nvidia-ctk-installer: {}", text(&out));
+    fs::remove_file(&installer).unwrap();
     let toolkit = root.join(HOST_TOOLKIT_DIR.trim_start_matches('/'));
     assert!(
         toolkit_runs(&toolkit, &source),
@@ -397,6 +408,7 @@ fn host_root_gets_the_files_and_host_paths_inside_them() {
         mentions(&hook).contains(&config_toml),
         "the toolkit's config.toml names {hook}"
     );
+    let args = ["--host-root", s(&root), "--restart-mode", "none"];
     run_ok(nvshim(&["uninstall"]).args(args), "uninstall --host-root");
     let changes = tree_changes(&before, &tree(&root));
     assert!(changes.is_empty(), "uninstall left changes:\n{changes}");
