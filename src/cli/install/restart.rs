@@ -183,6 +183,9 @@ pub fn engine_pid(engine: EngineKind, socket: &Path) -> io::Result<i32> {
     let peer = getsockopt(&stream.as_fd(), sockopt::PeerCredentials)?;
     match peer.pid() {
         pid if pid > 1 => Ok(pid),
+        0 => Err(io::Error::other(
+            "the engine runs in another PID namespace, where its pid means nothing here: run the installer in the host's (hostPID: true)",
+        )),
         pid => Err(io::Error::other(format!(
             "the socket's owner is pid {pid} (socket activation?), and the engine sent nothing to learn its own pid from"
         ))),

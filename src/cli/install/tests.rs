@@ -236,6 +236,10 @@ fn containerd_drop_in_imports_the_host_path_and_the_undo_removes_both() {
         drop_in.contains("default_runtime_name = \"nvidia\""),
         "{drop_in}"
     );
+    assert!(
+        !drop_in.contains(&host.root.path().display().to_string()),
+        "the drop-in names host paths only: {drop_in}"
+    );
     no_backups(&host);
 
     host.uninstall();
