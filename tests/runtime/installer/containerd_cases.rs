@@ -283,7 +283,8 @@ fn containerd_runs_gpu_containers_through_the_toolkit_and_an_upgrade_swaps_it_at
     let during_b = creates.started() - before_b;
     let version_b = current_version(&host.toolkit());
     assert_ne!(version_a, version_b, "B is a version of its own");
-    creates.wait_for(creates.creates() + 2, "creates through build B");
+    // Creates started from here on run B: two of them.
+    creates.wait_for(creates.started() + 2, "creates through build B");
     // Every create succeeded (finish panics otherwise), each ran A or B whole, and the loop
     // ran across the switch: A's creates, then B's, never back.
     let versions = creates.finish();
