@@ -15,7 +15,11 @@
 //! toolkit dir with only the node's dev and proc roots added; everything else in it (driver
 //! root, hook paths into the toolkit dir) is the installer's. The engines are pointed at the
 //! runtime by the installer alone: ctr gets the `BinaryName` from `containerd config dump`,
-//! docker only the runtime's name.
+//! docker only the runtime's name. The runtime's own lookup of the config.toml beside it is
+//! `tests/runtime/shim.rs`'s to check.
+//!
+//! Byte-identical undo is checked on whole trees: every file, link and directory under the
+//! host (modes and contents), so a `.bak`, a leftover directory or a changed byte shows.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 

@@ -2,7 +2,9 @@
 //! docker: an installer daemon with `--restart-mode signal` against a running dockerd (its
 //! socket as `--socket`): dockerd reloads daemon.json on SIGHUP without restarting, lists the
 //! runtime, runs a GPU container through it by name; SIGTERM gives daemon.json back byte for
-//! byte and dockerd drops the runtime again.
+//! byte, takes the toolkit and the ready file away and signals dockerd again. (dockerd keeps
+//! listing the runtime until it restarts: a reload leaves `runtimes` alone when the file has
+//! no such key.)
 
 use super::*;
 
