@@ -23,6 +23,8 @@ pub mod restart;
 pub mod state;
 
 #[cfg(test)]
+mod signal_tests;
+#[cfg(test)]
 mod tests;
 
 use std::io::{self, Write};

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! The installer on temp host roots: each engine's files after install and after the
 //! undo (byte for byte, no `.bak`), an edit made since, idempotence, an upgrade and the
-//! ownership it takes, the flags' errors, the engine's PID from its socket, and the
-//! daemon undoing on SIGTERM.
+//! ownership it takes, the flags' errors. The engine's PID and the daemon's SIGTERM:
+//! `signal_tests`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,13 +19,13 @@ use crate::cli::{Cli, Command};
 
 const TOOLKIT: &str = "/usr/local/nvidia/toolkit";
 
-struct Host {
-    root: TempDir,
-    source: TempDir,
+pub(super) struct Host {
+    pub(super) root: TempDir,
+    pub(super) source: TempDir,
 }
 
 impl Host {
-    fn new() -> Host {
+    pub(super) fn new() -> Host {
         let host = Host {
             root: tempfile::tempdir().unwrap(),
             source: tempfile::tempdir().unwrap(),
@@ -41,11 +41,11 @@ impl Host {
         }
     }
 
-    fn path(&self, host_path: &str) -> PathBuf {
+    pub(super) fn path(&self, host_path: &str) -> PathBuf {
         self.root.path().join(host_path.trim_start_matches('/'))
     }
 
-    fn write(&self, host_path: &str, text: &str) {
+    pub(super) fn write(&self, host_path: &str, text: &str) {
         let p = self.path(host_path);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, text).unwrap();
@@ -56,7 +56,7 @@ impl Host {
     }
 
     /// Every file and link under the root with its content (a link's target).
-    fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+    pub(super) fn snapshot(&self) -> BTreeMap<PathBuf, String> {
         fn walk(dir: &Path, base: &Path, out: &mut BTreeMap<PathBuf, String>) {
             for entry in fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
@@ -119,7 +119,7 @@ impl Host {
     }
 }
 
-fn parse(argv: &[&str]) -> (crate::cli::HostArgs, InstallArgs) {
+pub(super) fn parse(argv: &[&str]) -> (crate::cli::HostArgs, InstallArgs) {
     let cli = Cli::try_parse_from(argv).unwrap();
     match cli.command {
         Command::Install(args) => (cli.host, args),
@@ -544,113 +544,4 @@ fn a_missing_source_binary_is_named() {
         .to_string();
     assert!(err.contains("nvidia-container-runtime-hook"), "{err}");
     assert!(!host.path(TOOLKIT).exists(), "nothing written");
-}
-
-#[test]
-fn the_engine_pid_comes_from_its_socket() {
-    use std::io::{Read, Write};
-    use std::os::unix::net::UnixListener;
-    let dir = tempfile::tempdir().unwrap();
-    let me = i32::try_from(std::process::id()).unwrap();
-    for (case, engine, serve) in [
-        ("containerd speaks first", EngineKind::Containerd, 1),
-        ("docker answers a request", EngineKind::Docker, 2),
-        (
-            "closes without a word: SO_PEERCRED",
-            EngineKind::Containerd,
-            0,
-        ),
-    ] {
-        let path = dir.path().join(format!("{serve}.sock"));
-        let listener = UnixListener::bind(&path).unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            match serve {
-                1 => conn.write_all(b"\0\0\0\x04").unwrap(),
-                2 => {
-                    let mut buf = [0u8; 64];
-                    let n = conn.read(&mut buf).unwrap();
-                    assert!(buf[..n].starts_with(b"GET "));
-                    conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nOK").unwrap();
-                }
-                _ => {}
-            }
-        });
-        let pid = restart::engine_pid(engine, &path).unwrap();
-        server.join().unwrap();
-        assert_eq!(pid, me, "{case}");
-    }
-    // containerd comes back as another process: found at once; never: an error naming why.
-    let path = dir.path().join("back.sock");
-    let listener = UnixListener::bind(&path).unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().unwrap();
-        conn.write_all(b"x").unwrap();
-    });
-    let back = restart::wait_for_new_pid(
-        EngineKind::Containerd,
-        &path,
-        me + 1,
-        std::time::Duration::ZERO,
-    );
-    server.join().unwrap();
-    assert_eq!(back.unwrap(), me);
-    let gone = dir.path().join("gone.sock");
-    let err =
-        restart::wait_for_new_pid(EngineKind::Containerd, &gone, me, std::time::Duration::ZERO)
-            .unwrap_err()
-            .to_string();
-    assert!(err.contains("exits on SIGHUP"), "{err}");
-    let err = restart::engine_pid(EngineKind::Docker, &dir.path().join("none.sock")).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
-    assert_eq!(
-        restart::systemctl_argv(EngineKind::Containerd, Path::new("/host")),
-        ["chroot", "/host", "systemctl", "restart", "containerd"]
-    );
-    assert_eq!(
-        restart::systemctl_argv(EngineKind::Docker, Path::new("/")),
-        ["systemctl", "restart", "docker"]
-    );
-}
-
-#[test]
-fn the_daemon_undoes_the_install_on_sigterm() {
-    use nix::sys::pthread::{pthread_kill, pthread_self};
-    let host = Host::new();
-    host.write("/etc/docker/daemon.json", "{}\n");
-    let before = host.snapshot();
-    let root = host.root.path().display().to_string();
-    let source = host.source.path().display().to_string();
-    let argv = [
-        "nvshim",
-        "install",
-        "--host-root",
-        &root,
-        "--source-dir",
-        &source,
-        "--runtime",
-        "docker",
-        "--restart-mode",
-        "none",
-    ]
-    .map(str::to_owned);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let daemon = std::thread::spawn(move || {
-        tx.send(pthread_self()).unwrap();
-        let (host_args, args) = parse(&argv.each_ref().map(String::as_str));
-        let mut out = Vec::new();
-        run_install(&host_args, &args, &mut out).map_err(|e| e.to_string())?;
-        Ok::<_, String>(String::from_utf8(out).unwrap())
-    });
-    let thread = rx.recv().unwrap();
-    let ready = host.path("/run/nvidia/validations/toolkit-ready");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(std::time::Instant::now() < deadline, "no ready file");
-        std::thread::yield_now();
-    }
-    pthread_kill(thread, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = daemon.join().unwrap().unwrap();
-    assert!(out.contains("uninstalled"), "{out}");
-    assert_eq!(host.snapshot(), before);
 }
