@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! `nvidia-container-runtime` as a process: the shim on its own, under real runc, docker,
 //! containerd and podman, with CDI names, over the captured `config.json` corpus, the
-//! driver's device-file parameter, and a soak. One test binary, so the library is linked
+//! driver's device-file parameter, a soak, and installed into a toolkit dir by `nvshim install`
+//! for a containerd and a dockerd to run. One test binary, so the library is linked
 //! once for all of them (`make test` reruns `shim`, `runc` and `driver_params` against the
 //! static runtime and hook that packages install).
 
@@ -19,6 +20,7 @@ mod docker;
 mod doctor_in_container;
 mod driver_params;
 mod graphics;
+mod installer;
 mod mig_access;
 mod runc;
 mod shim;
