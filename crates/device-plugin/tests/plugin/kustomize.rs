@@ -168,6 +168,14 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
     if container["securityContext"]["privileged"] != true || ipod["hostPID"] != true {
         return Err("installer: not privileged with hostPID".into());
     }
+    // What the image's `nvshim install` makes of the command line.
+    let settings = crate::helm::installer_args::resolve(container)?;
+    if settings.engine.unit() != engine || !settings.daemon {
+        return Err(format!(
+            "installer resolves to {:?} (daemon: {}), want {engine} and a daemon",
+            settings.engine, settings.daemon
+        ));
+    }
     let rolling = &installer["spec"]["updateStrategy"]["rollingUpdate"];
     if (&rolling["maxSurge"], &rolling["maxUnavailable"]) != (&json!(1), &json!(0)) {
         return Err(format!(

@@ -13,6 +13,7 @@
 //!   resolution code.
 //! - here: the schema and the documentation of the values.
 
+pub(crate) mod installer_args;
 mod pod_env;
 mod render;
 mod values;

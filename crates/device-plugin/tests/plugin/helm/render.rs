@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 use super::{merged_values, run_renderer, schema_errors};
 
 /// The rendered objects, or the renderer's error.
-pub(super) fn render(values: &str) -> Result<Vec<Value>, String> {
+pub(crate) fn render(values: &str) -> Result<Vec<Value>, String> {
     let text = run_renderer(values, &[])?;
     Ok(serde_saphyr::from_multiple(&text).unwrap())
 }
 
-pub(super) fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+pub(crate) fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
 }
@@ -32,15 +32,15 @@ pub(super) fn object<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value
     })
 }
 
-pub(super) fn pod(workload: &Value) -> &Value {
+pub(crate) fn pod(workload: &Value) -> &Value {
     &workload["spec"]["template"]["spec"]
 }
 
-/// A container's plain `env` entries.
-pub(super) fn env(container: &Value) -> BTreeMap<String, String> {
+/// A container's plain `env` entries (none without an `env` list).
+pub(crate) fn env(container: &Value) -> BTreeMap<String, String> {
     container["env"]
         .as_array()
-        .unwrap()
+        .map_or(&[][..], Vec::as_slice)
         .iter()
         .filter_map(|e| {
             Some((
@@ -51,7 +51,7 @@ pub(super) fn env(container: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub(super) fn strings(v: &Value) -> Vec<&str> {
+pub(crate) fn strings(v: &Value) -> Vec<&str> {
     v.as_array()
         .unwrap()
         .iter()
@@ -60,7 +60,7 @@ pub(super) fn strings(v: &Value) -> Vec<&str> {
 }
 
 /// The value sets: (case, values over values.yaml).
-pub(super) const CASES: [(&str, &str); 7] = [
+pub(crate) const CASES: [(&str, &str); 7] = [
     ("defaults", "{}"),
     (
         "labels, exporter and MIG",
