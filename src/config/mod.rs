@@ -317,18 +317,21 @@ pub fn load_installed(
         return load(env);
     };
     match crate::files::read_to_string(&path) {
-        Ok(text) => {
-            let (config, unknown_keys) = parse(&text, &path)?;
-            Ok(Loaded {
-                config,
-                path,
-                from_file: true,
-                unknown_keys,
-            })
-        }
+        Ok(text) => parsed(&text, path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => load(env),
         Err(source) => Err(ConfigError::Read { path, source }),
     }
+}
+
+/// The config read from `path` (its text).
+fn parsed(text: &str, path: PathBuf) -> Result<Loaded, ConfigError> {
+    let (config, unknown_keys) = parse(text, &path)?;
+    Ok(Loaded {
+        config,
+        path,
+        from_file: true,
+        unknown_keys,
+    })
 }
 
 /// Finds ([`locate`]), reads and parses the config file. A missing file means the
@@ -337,15 +340,7 @@ pub fn load(env: impl Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError>
     let named = env(ENV_CONFIG_FILE_PATH).is_some_and(|v| !v.is_empty());
     let path = locate(&env);
     match crate::files::read_to_string(&path) {
-        Ok(text) => {
-            let (config, unknown_keys) = parse(&text, &path)?;
-            Ok(Loaded {
-                config,
-                path,
-                from_file: true,
-                unknown_keys,
-            })
-        }
+        Ok(text) => parsed(&text, path),
         Err(e) if e.kind() == io::ErrorKind::NotFound && named => {
             Err(ConfigError::Missing { path })
         }

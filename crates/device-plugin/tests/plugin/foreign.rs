@@ -87,6 +87,37 @@ fn python_stubs() -> &'static Path {
     })
 }
 
+/// `go build -o out` of the program in `source` with Debian's Go and Debian's Go sources
+/// (GOPATH mode, no network), panicking with go's errors.
+pub(crate) fn go_build(source: &Path, out: &Path) {
+    let gopath = Path::new("/usr/share/gocode");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(out)
+        .arg(".")
+        .current_dir(source)
+        .env("GOPATH", gopath)
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        // Go's content-addressed build cache: `.ci/run` keeps one between CI runs
+        // (NVSHIM_GOCACHE), so the Go libraries are compiled once per machine, not per clone.
+        .env(
+            "GOCACHE",
+            std::env::var_os("NVSHIM_GOCACHE")
+                .filter(|dir| !dir.is_empty())
+                .map_or_else(|| tmp.join("foreign-gocache"), PathBuf::from),
+        )
+        .output()
+        .expect("go (Debian's golang-go, installed by `.ci/run`)");
+    assert!(
+        built.status.success(),
+        "go build {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
 /// The grpc-go client, built with Debian's Go and grpc-go sources (GOPATH mode, no
 /// network), once per run.
 fn grpc_go_client() -> &'static Path {
@@ -97,31 +128,8 @@ fn grpc_go_client() -> &'static Path {
             gopath.join("src/google.golang.org/grpc").is_dir(),
             "Debian's golang-google-grpc-dev is needed (`.ci/run` installs it)"
         );
-        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let bin = tmp.join("foreign-grpcgo");
-        let out = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&bin)
-            .arg(".")
-            .current_dir(Path::new(FOREIGN).join("grpcgo"))
-            .env("GOPATH", gopath)
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
-            // Go's content-addressed build cache: `.ci/run` keeps one between CI runs
-            // (NVSHIM_GOCACHE), so grpc-go is compiled once per machine, not per clone.
-            .env(
-                "GOCACHE",
-                std::env::var_os("NVSHIM_GOCACHE")
-                    .filter(|dir| !dir.is_empty())
-                    .map_or_else(|| tmp.join("foreign-gocache"), PathBuf::from),
-            )
-            .output()
-            .expect("go (Debian's golang-go, installed by `.ci/run`)");
-        assert!(
-            out.status.success(),
-            "go build: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join("foreign-grpcgo");
+        go_build(&Path::new(FOREIGN).join("grpcgo"), &bin);
         bin
     })
 }

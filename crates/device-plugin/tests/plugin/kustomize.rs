@@ -15,6 +15,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::manifests::run;
+
 use serde_json::{Value, json};
 
 const READY_FILE: &str = "/run/nvidia/validations/toolkit-ready";
@@ -30,18 +32,6 @@ const OVERLAYS: [(&str, &str); 3] = [
     ("overlays/crio", "crio"),
     ("overlays/openshift", "crio"),
 ];
-
-fn run(command: &mut Command, what: &str) -> (bool, String) {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what} (.ci/run installs it): {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 /// `kubectl kustomize <tree>/<dir>`.
 fn render(tree: &Path, dir: &str) -> String {

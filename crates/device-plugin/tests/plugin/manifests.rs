@@ -30,7 +30,8 @@ fn documents(name: &str) -> Vec<Value> {
     serde_saphyr::from_multiple(&text).unwrap()
 }
 
-fn run(command: &mut Command, what: &str) -> (bool, String) {
+/// Runs a tool of the suite's (installed by `.ci/run`): success and stdout + stderr.
+pub(crate) fn run(command: &mut Command, what: &str) -> (bool, String) {
     let out = command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {what} (.ci/run installs it): {e}"));

@@ -51,28 +51,7 @@ fn renderer() -> &'static Path {
         }
         // Test processes run in parallel: each builds to its own name, then renames.
         let building = tmp.join(format!("helm-render.{}", std::process::id()));
-        let out = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&building)
-            .arg(".")
-            .current_dir(&source)
-            .env("GOPATH", gopath)
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
-            // `.ci/run` keeps Go's build cache between CI runs (NVSHIM_GOCACHE).
-            .env(
-                "GOCACHE",
-                std::env::var_os("NVSHIM_GOCACHE")
-                    .filter(|dir| !dir.is_empty())
-                    .map_or_else(|| tmp.join("foreign-gocache"), PathBuf::from),
-            )
-            .output()
-            .expect("go (Debian's golang-go, installed by `.ci/run`)");
-        assert!(
-            out.status.success(),
-            "go build helm_render: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::foreign::go_build(&source, &building);
         fs::rename(&building, &bin).unwrap();
         bin
     })
