@@ -426,4 +426,5 @@ fn dumped_nvidia_runtime(config: &Path) -> (String, String) {
 }
 
 mod containerd_cases;
+mod containerd_signal;
 mod docker_case;
