@@ -227,11 +227,14 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
                 .display()
         ));
         let socket = restart::socket_here(&place.host_root, &settings.socket);
+        let runtime = place.toolkit_dir.join(layout::RUNTIME_BINARY);
+        let runtime = runtime.display().to_string();
         lines.push(restart::restart(
             settings.engine,
             settings.restart,
             &socket,
             &place.host_root,
+            Some((&settings.runtime_name, &runtime)),
         )?);
     } else {
         lines.push(format!(
@@ -297,6 +300,7 @@ pub fn uninstall(
             mode,
             &socket,
             &place.host_root,
+            None,
         )?);
     }
     let toolkit = place.host(&place.toolkit_dir);

@@ -38,13 +38,19 @@ const RETRY_INTERVAL: Duration = Duration::from_millis(500);
 /// What docker answers (any HTTP request does); containerd's gRPC server speaks first.
 const DOCKER_REQUEST: &[u8] = b"GET /_ping HTTP/1.0\r\n\r\n";
 
+/// A runtime the engine should list once it has read its new config: `(name, path)`.
+pub type Expected<'a> = Option<(&'a str, &'a str)>;
+
 /// Restarts (or signals) `engine` as `mode` says. `socket` is a path here (under the
-/// host root); `host_root` is where `systemctl` is chrooted.
+/// host root); `host_root` is where `systemctl` is chrooted. With `expect`, a signalled
+/// dockerd (whose reload follows the signal by a moment) is asked until it lists that runtime,
+/// so that the ready marker written next means what it says.
 pub fn restart(
     engine: EngineKind,
     mode: RestartMode,
     socket: &Path,
     host_root: &Path,
+    expect: Expected<'_>,
 ) -> Result<String, InstallError> {
     match mode {
         RestartMode::None => Ok(format!(
@@ -59,6 +65,9 @@ pub fn restart(
                 reason: e.to_string(),
             })?;
             if engine != EngineKind::Containerd {
+                if let (EngineKind::Docker, Some((name, path))) = (engine, expect) {
+                    wait_for_docker_runtime(socket, name, path, REACH_DEADLINE)?;
+                }
                 return Ok(format!(
                     "sent SIGHUP to {} (pid {pid}, from {})",
                     engine.display(),
@@ -128,6 +137,54 @@ pub fn wait_for_new_pid(
             _ => std::thread::sleep(RETRY_INTERVAL),
         }
     }
+}
+
+/// Asks dockerd (`GET /info`) until it lists runtime `name` at `path`.
+pub fn wait_for_docker_runtime(
+    socket: &Path,
+    name: &str,
+    path: &str,
+    within: Duration,
+) -> Result<(), InstallError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let listed = docker_runtime_path(socket, name);
+        match &listed {
+            Ok(Some(p)) if p == path => return Ok(()),
+            _ if Instant::now() >= deadline => {
+                let saw = match listed {
+                    Ok(Some(p)) => format!("it lists \"{name}\" at {p}"),
+                    Ok(None) => format!("it does not list \"{name}\""),
+                    Err(e) => e.to_string(),
+                };
+                return Err(InstallError::Socket {
+                    socket: socket.to_path_buf(),
+                    reason: format!(
+                        "dockerd did not load runtime \"{name}\" = {path} within {} s of SIGHUP: {saw} (its log says why; else use --restart-mode systemd)",
+                        within.as_secs()
+                    ),
+                });
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The path dockerd's `/info` gives runtime `name`, if it lists it.
+fn docker_runtime_path(socket: &Path, name: &str) -> io::Result<Option<String>> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    stream.write_all(b"GET /info HTTP/1.0\r\n\r\n")?;
+    let mut raw = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(&mut stream, 4 << 20), &mut raw)?;
+    let body = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| &raw[at + 4..])
+        .ok_or_else(|| io::Error::other("dockerd's /info answer has no body"))?;
+    let info: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| io::Error::other(format!("dockerd's /info is not JSON: {e}")))?;
+    Ok(info["Runtimes"][name]["path"].as_str().map(str::to_owned))
 }
 
 fn engine_pid_retrying(engine: EngineKind, socket: &Path) -> Result<i32, InstallError> {
