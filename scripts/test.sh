@@ -61,7 +61,10 @@ export NVSHIM_TEST_ARM64=${NVSHIM_TEST_ARM64:-0}
 static_env=(NVSHIM_TEST_RUNTIME="$PWD/$STATIC_DIR/nvidia-container-runtime" NVSHIM_TEST_HOOK="$PWD/$STATIC_DIR/nvidia-container-runtime-hook")
 if $CARGO nextest --version >/dev/null 2>&1; then
   stage tests
-  $CARGO nextest run --workspace --no-fail-fast || failed+=(tests)
+  # Two tests per core: many of them wait more than they compute (engines and a kubelet
+  # starting, the soaks' paced loops), and with one per core the CPUs sat partly idle
+  # (docs/benchmarks.md: 250 s with 2 threads, 226 s with 3, 202 s with 4 on the 2-core VM).
+  $CARGO nextest run --workspace --no-fail-fast --test-threads "$(( $(nproc) * 2 ))" || failed+=(tests)
   stage "engine tests against the static runtime and hook"
   # Through nextest over the workspace, so nothing is rebuilt (a plain `cargo test -p
   # nvshim` resolves features apart and recompiles dependencies).

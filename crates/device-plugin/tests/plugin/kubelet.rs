@@ -39,6 +39,9 @@ const WITHIN: Duration = Duration::from_secs(60);
 
 /// The plugin's event once kubelet has accepted its registration.
 const REGISTERED: &str = "registered with kubelet resource=nvidia.com/gpu";
+/// The plugin's log once kubelet streams ListAndWatch (which carries the devices): a pod
+/// admitted between registration and the first list finds no GPU available.
+const STREAMED: &str = "ready: every resource is served and streamed by kubelet";
 /// The plugin's event of each RPC, in the order a pod's admission makes them. (The
 /// `Register` event comes before the call: kubelet opens ListAndWatch while it handles it.)
 const SEQUENCE: [&str; 4] = [
@@ -87,6 +90,7 @@ impl Fixture {
             &self.node.sim.env(),
         );
         wait_log(&plugin, REGISTERED, 1, case);
+        wait_log(&plugin, STREAMED, 1, case);
         plugin
     }
 
@@ -317,6 +321,7 @@ fn restart(fx: &mut Fixture, kubelet: &Path, tag: &str) {
     fx.kube.stop_kubelet();
     fx.kube.start_kubelet(kubelet);
     wait_log(&plugin, REGISTERED, 2, &case);
+    wait_log(&plugin, STREAMED, 2, &case);
     let printed = fx.run_pod(&format!("{tag}-after-restart"), 2, &plugin, &case);
     assert_gpus(&printed, 2, &plugin, &case);
 }
