@@ -92,6 +92,26 @@ impl BenchFs {
         bench
     }
 
+    /// Files in a temp dir on the machine's own disk, runc's state beside them: what a
+    /// container start costs on this machine's file system and its mount options.
+    pub fn on_host() -> BenchFs {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let run = tmp.path().join("run");
+        fs::create_dir_all(&data).unwrap();
+        fs::create_dir_all(&run).unwrap();
+        BenchFs {
+            describe: format!(
+                "files and runc state on the machine's own disk ({})",
+                tmp.path().display()
+            ),
+            data,
+            run,
+            mounts: Vec::new(),
+            _tmp: tmp,
+        }
+    }
+
     fn mount(&mut self) -> Result<(), String> {
         let image = self._tmp.path().join("ext4.img");
         let file = fs::File::create(&image).map_err(|e| e.to_string())?;
