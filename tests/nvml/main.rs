@@ -22,6 +22,27 @@ pub fn test_path(module: &str, name: &str) -> String {
     }
 }
 
+/// The child's environment for a test on `sim`: the node's variables, `child_env` =
+/// `test` (what tells the child it is one) and `nvml_env` = the node's NVML library.
+pub fn child_env_on(
+    sim: &nvshim_testkit::SimNode,
+    test: &str,
+    child_env: &str,
+    nvml_env: &str,
+) -> Vec<(String, std::ffi::OsString)> {
+    let library = sim
+        .lib_dir()
+        .join(format!("libnvidia-ml.so.{}", sim.library_version()));
+    sim.env()
+        .into_iter()
+        .map(|(k, v)| (k, v.into()))
+        .chain([
+            (child_env.to_owned(), test.into()),
+            (nvml_env.to_owned(), library.into_os_string()),
+        ])
+        .collect()
+}
+
 /// Runs this test binary again as a child, filtered to the one test `test` (as
 /// [`test_path`] names it), with `env` added and the mock's dev root taken out (the node's
 /// env names it); an error with the child's output unless that test passed.

@@ -50,19 +50,8 @@ fn in_child(
     )?;
     let events = sim.dir.join("xid-events");
     links(MockConfig::new(&sim.spec, &sim.dev_root, &events))?.write(&sim.mock_config)?;
-    let library = sim
-        .lib_dir()
-        .join(format!("libnvidia-ml.so.{}", sim.library_version()));
-    let env: Vec<(String, std::ffi::OsString)> = sim
-        .env()
-        .into_iter()
-        .map(|(k, v)| (k, v.into()))
-        .chain([
-            (CHILD_ENV.to_owned(), test.into()),
-            (NVML_ENV.to_owned(), library.into_os_string()),
-            (EVENTS_ENV.to_owned(), events.into_os_string()),
-        ])
-        .collect();
+    let mut env = crate::child_env_on(&sim, test, CHILD_ENV, NVML_ENV);
+    env.push((EVENTS_ENV.to_owned(), events.into_os_string()));
     crate::run_test_in_child(test, env)
 }
 

@@ -138,22 +138,11 @@ fn run_child(test: &str) -> TestResult {
     )?;
     let events = sim.dir.join("xid-events");
     configure(MockConfig::new(&sim.spec, &sim.dev_root, &events))?.write(&sim.mock_config)?;
-    let library = sim
-        .lib_dir()
-        .join(format!("libnvidia-ml.so.{}", sim.library_version()));
-    let env: Vec<(String, std::ffi::OsString)> = sim
-        .env()
-        .into_iter()
-        .map(|(k, v)| (k, v.into()))
-        .chain([
-            (CHILD_ENV.to_owned(), test.into()),
-            (NVML_ENV.to_owned(), library.into_os_string()),
-            (
-                CONFIG_ENV.to_owned(),
-                sim.mock_config.clone().into_os_string(),
-            ),
-        ])
-        .collect();
+    let mut env = crate::child_env_on(&sim, test, CHILD_ENV, NVML_ENV);
+    env.push((
+        CONFIG_ENV.to_owned(),
+        sim.mock_config.clone().into_os_string(),
+    ));
     crate::run_test_in_child(test, env)
 }
 
