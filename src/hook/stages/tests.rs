@@ -157,14 +157,7 @@ fn hooks_never_follow_the_images_links_out_of_the_rootfs() {
     .unwrap();
     symlink(&host, root.join("etc")).unwrap();
     symlink(&host, root.join("lib")).unwrap();
-    let listing = |dir: &Path| {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let listing = nvshim_testkit::dir_names;
     let before = listing(&host);
     let rootfs = open_rootfs(&state).unwrap();
 

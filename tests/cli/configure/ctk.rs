@@ -46,7 +46,10 @@ fn ctk_docker_set_as_default_cdi_and_dry_run() {
     ];
     let printed = ctk_ok(&[&args[..], &["--dry-run"]].concat(), "dry run");
     assert_eq!(read_object(&path), before, "dry run writes nothing");
-    assert_eq!(listing(path.parent().unwrap()), ["daemon.json"]);
+    assert_eq!(
+        nvshim_testkit::dir_names(path.parent().unwrap()),
+        ["daemon.json"]
+    );
 
     ctk_ok(&args, "write");
     let written = read_object(&path);

@@ -68,16 +68,6 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Every entry of `dir`, sorted.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 // ---------------------------------------------------------------------------------------------
 // docker
 
@@ -216,7 +206,7 @@ fn docker_corpus_add_default_undo() {
             None => assert!(!backup.exists(), "{case}: nothing to back up"),
         }
         assert_eq!(
-            listing(path.parent().unwrap()).len(),
+            nvshim_testkit::dir_names(path.parent().unwrap()).len(),
             1 + usize::from(original.is_some()),
             "{case}: no temp files left"
         );
@@ -284,7 +274,7 @@ fn docker_refuses_invalid_files_and_leaves_them_byte_identical() {
                 "{case}: byte-identical"
             );
             assert_eq!(
-                listing(path.parent().unwrap()),
+                nvshim_testkit::dir_names(path.parent().unwrap()),
                 ["daemon.json"],
                 "{case}: no backup, no temp file"
             );
@@ -324,7 +314,11 @@ fn docker_dry_run_writes_nothing() {
         match original {
             Some(bytes) => {
                 assert_eq!(fs::read(&path).unwrap(), bytes, "{case}");
-                assert_eq!(listing(path.parent().unwrap()), ["daemon.json"], "{case}");
+                assert_eq!(
+                    nvshim_testkit::dir_names(path.parent().unwrap()),
+                    ["daemon.json"],
+                    "{case}"
+                );
             }
             None => assert!(!dir.path().join("etc").exists(), "{case}: nothing created"),
         }
@@ -517,7 +511,7 @@ fn crio_drop_in_written_and_removed() {
     let doc: toml::Table = fs::read_to_string(&drop_in).unwrap().parse().unwrap();
     assert!(doc["crio"]["runtime"].get("default_runtime").is_none());
     assert_eq!(
-        listing(&conf_d),
+        nvshim_testkit::dir_names(&conf_d),
         ["99-nvidia.toml"],
         "no backup where CRI-O would load it"
     );

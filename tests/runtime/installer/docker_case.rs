@@ -56,14 +56,7 @@ fn dockerd_reloads_the_runtime_on_sighup_and_runs_a_gpu_container_by_name() {
     // the file itself and the names beside it.
     let config = engine_dir.join("daemon.json");
     let original = fs::read(&config).unwrap();
-    let names = |dir: &Path| -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
+    let names = nvshim_testkit::dir_names;
     let names_before = names(&engine_dir);
     let pid = fs::read_to_string(engine_dir.join("docker.pid")).unwrap();
     let host_before = tree(&host.root());

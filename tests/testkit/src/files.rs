@@ -69,3 +69,19 @@ pub(crate) fn char_device(
     })?;
     chmod(path, mode)
 }
+
+/// The names in `dir`, sorted: what a test compares before and after to see that nothing
+/// was left beside a file (a `.bak`, a temp file). Panics when `dir` cannot be read.
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+        .map(|e| {
+            e.unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}

@@ -59,6 +59,7 @@ pub use driver::{
 };
 pub use engines::{Containerd, Dockerd, path_with_prefix};
 pub use error::TestkitError;
+pub use files::dir_names;
 pub use graphics::{
     DRM_MAJOR, EGL_PLATFORM_DIR, EGL_PLATFORMS, EGL_VENDOR, EglPlatform, VGA_BUS_ID, VULKAN_ICD,
     VULKAN_LAYERS, XORG_DRIVER, XORG_EXTENSIONS, application_profiles, drm_nodes,
