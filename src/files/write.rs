@@ -353,6 +353,7 @@ fn fill(
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Makes `dir`'s entries (a rename into it, a new file) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }

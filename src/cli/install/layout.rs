@@ -17,7 +17,7 @@
 //! one version; the previous version is kept for a create that resolved it just before
 //! the switch, older ones are deleted.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, symlink};
 use std::path::{Path, PathBuf};
@@ -303,7 +303,5 @@ pub fn remove(root: &Path, toolkit: &Path, state: &State) -> Result<(), InstallE
 }
 
 fn sync_dir(dir: &Path) -> Result<(), InstallError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("sync", dir))
+    crate::files::write::sync_dir(dir).map_err(io_err("sync", dir))
 }
