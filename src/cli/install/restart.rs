@@ -177,12 +177,14 @@ fn docker_runtime_path(socket: &Path, name: &str) -> io::Result<Option<String>> 
     stream.write_all(b"GET /info HTTP/1.0\r\n\r\n")?;
     let mut raw = Vec::new();
     io::Read::read_to_end(&mut io::Read::take(&mut stream, 4 << 20), &mut raw)?;
-    let body = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|at| &raw[at + 4..])
-        .ok_or_else(|| io::Error::other("dockerd's /info answer has no body"))?;
-    let info: serde_json::Value = serde_json::from_slice(body)
+    let (status, body) = crate::cli::labels::apiserver::parse_response(&raw)
+        .map_err(|e| io::Error::other(format!("dockerd's /info answer: {e}")))?;
+    if status != 200 {
+        return Err(io::Error::other(format!(
+            "dockerd's /info answered HTTP {status}"
+        )));
+    }
+    let info: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| io::Error::other(format!("dockerd's /info is not JSON: {e}")))?;
     Ok(info["Runtimes"][name]["path"].as_str().map(str::to_owned))
 }
