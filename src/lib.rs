@@ -29,6 +29,8 @@
 //! inject, rootfs                ContainerEdits → an OCI spec (JSON), the only spec writer
 //!                               (the "already injected" mark included); safe paths
 //!                               inside a container's root
+//! driver_stage                  read-only driver files gathered in one host tmpfs, bound
+//!                               once, linked at their usual paths (runtime create)
 //! pipeline                      stage() + finish(): the one path through all of the above
 //! container                     spec + config → Prepared { request, plan }, or no GPU, or
 //!                               "needs NVML" (decided before planning): the front half
@@ -75,6 +77,7 @@ pub mod hook_contract;
 
 pub mod edits;
 
+pub mod driver_stage;
 pub mod inject;
 pub mod rootfs;
 

@@ -89,7 +89,7 @@ pub use sections::{
     CdiMode, CliConfig, CsvMode, CtkConfig, Features, HookConfig, JitCdiMode, LegacyMode, Modes,
     NvshimConfig, RuntimeConfig,
 };
-pub use values::{CudaCompatMode, LogLevel, Mode, UnknownValue};
+pub use values::{CudaCompatMode, DriverMounts, LogLevel, Mode, UnknownValue};
 
 /// Names the config file, overriding every other location.
 pub const ENV_CONFIG_FILE_PATH: &str = "NVIDIA_CTK_CONFIG_FILE_PATH";
@@ -200,6 +200,8 @@ impl Default for Config {
                 proc_root: PathBuf::from("/"),
                 systemd_root: PathBuf::from("/"),
                 nvml_timeout: 10,
+                driver_mounts: DriverMounts::Staged,
+                driver_stage_dir: PathBuf::from("/run/nvshim/driver-stage"),
             },
         }
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::Config;
-use super::values::{CudaCompatMode, LogLevel, Mode};
+use super::values::{CudaCompatMode, DriverMounts, LogLevel, Mode};
 
 /// `[nvidia-container-cli]`: the driver root and the legacy hook's CLI options.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +162,12 @@ pub struct NvshimConfig {
     /// driver hangs every NVML call, and a runtime stuck in one would hang the engine's
     /// container start with no error at all.
     pub nvml_timeout: u64,
+    /// How the runtime mounts the driver's read-only files: `staged` (default: one
+    /// bind of a staging directory under `driver-stage-dir`, symlinks at the usual
+    /// paths) or `per-file` (one bind mount each, as NVIDIA's runtime does).
+    pub driver_mounts: DriverMounts,
+    /// Where the runtime keeps its driver stages (default `/run/nvshim/driver-stage`).
+    pub driver_stage_dir: PathBuf,
 }
 
 // The tables' defaults are slices of `Config::default()`, so that a table present in the

@@ -181,3 +181,20 @@ impl Words for CudaCompatMode {
     const VALID: &'static [&'static str] = &["ldconfig", "mount", "hook", "disabled"];
 }
 words_impls!(CudaCompatMode);
+
+/// `nvshim.driver-mounts`: how the runtime mounts the driver's read-only files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverMounts {
+    /// One bind of a host staging directory, symlinks at the usual paths
+    /// (`crate::driver_stage`).
+    Staged,
+    /// One bind mount per file, as NVIDIA's runtime does.
+    PerFile,
+}
+
+impl Words for DriverMounts {
+    const WORDS: &'static [(&'static str, Self)] =
+        &[("staged", Self::Staged), ("per-file", Self::PerFile)];
+    const VALID: &'static [&'static str] = &["staged", "per-file"];
+}
+words_impls!(DriverMounts);

@@ -248,12 +248,48 @@ impl Rootfs {
         Ok(changed)
     }
 
+    /// Makes each `path` a symlink to its `target` like [`symlinks`](Self::symlinks),
+    /// except where the image has something other than a symlink at `path` (a file of
+    /// its own, a directory): that is left alone and its path returned, for the caller
+    /// to cover it another way (a bind mount, which hides it only while the container
+    /// runs). An image's symlink there is replaced, as `symlinks` does.
+    pub fn symlinks_beside_files<'a>(
+        &self,
+        links: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    ) -> Result<Vec<PathBuf>, RootfsError> {
+        let mut dirs = LinkDirs::default();
+        let mut occupied = Vec::new();
+        for (path, target) in links {
+            match self.link_with(&mut dirs, path, target, false)? {
+                Linked::Occupied => occupied.push(path.to_path_buf()),
+                done => tracing::debug!(path = %path.display(), target, ?done, "symlink"),
+            }
+        }
+        Ok(occupied)
+    }
+
     fn symlink_with(
         &self,
         dirs: &mut LinkDirs,
         path: &Path,
         target: &str,
     ) -> Result<bool, RootfsError> {
+        match self.link_with(dirs, path, target, true)? {
+            Linked::Created => Ok(true),
+            Linked::Same => Ok(false),
+            Linked::Occupied => Err(self.err(path, Errno::EISDIR)),
+        }
+    }
+
+    /// One link; with `over_files`, a regular file (or other non-directory) at `path`
+    /// is replaced, else it is [`Linked::Occupied`]. A directory is never replaced.
+    fn link_with(
+        &self,
+        dirs: &mut LinkDirs,
+        path: &Path,
+        target: &str,
+        over_files: bool,
+    ) -> Result<Linked, RootfsError> {
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(self.err(path, Errno::EINVAL));
         };
@@ -267,19 +303,23 @@ impl Rootfs {
         };
         // The common case, a name the image does not have: one call, atomic by itself.
         match unistd::symlinkat(target, dir, name) {
-            Ok(()) => return Ok(true),
+            Ok(()) => return Ok(Linked::Created),
             Err(Errno::EEXIST) => {}
             Err(e) => return Err(self.err(path, e)),
         }
         match stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
-                return Err(self.err(path, Errno::EISDIR));
+                if over_files {
+                    return Err(self.err(path, Errno::EISDIR));
+                }
+                return Ok(Linked::Occupied);
             }
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
                 if fcntl::readlinkat(dir, name).is_ok_and(|t| t.as_bytes() == target.as_bytes()) {
-                    return Ok(false);
+                    return Ok(Linked::Same);
                 }
             }
+            Ok(_) if !over_files => return Ok(Linked::Occupied),
             Ok(_) | Err(Errno::ENOENT) => {}
             Err(e) => return Err(self.err(path, e)),
         }
@@ -295,7 +335,7 @@ impl Rootfs {
             let _ = unistd::unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
             return Err(self.err(path, e));
         }
-        Ok(true)
+        Ok(Linked::Created)
     }
 
     /// Opens the directory `path`, creating what is missing of it.
@@ -358,6 +398,17 @@ impl Rootfs {
             source,
         }
     }
+}
+
+/// What one link did.
+#[derive(Debug)]
+enum Linked {
+    /// Made (or an older link replaced).
+    Created,
+    /// The same link was there.
+    Same,
+    /// Something of the image's other than a symlink is there; left alone.
+    Occupied,
 }
 
 /// The parent directory of the previous link (links come sorted by path, so a run of

@@ -8,10 +8,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::bundle::{Bundle, BundleError};
-use crate::cdi::Hook;
-use crate::config::Config;
+use crate::cdi::{Hook, Mount};
+use crate::config::{Config, DriverMounts};
 use crate::container::{self, ContainerError, Front, Preparation, Prepared};
 use crate::discover::SymlinkEdit;
+use crate::driver_stage::{self, StageError};
 use crate::hook_contract::{self, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY, LINK_DRIVER};
 use crate::inject::{self, Applied, InjectError};
 use crate::pipeline::NvmlAccess;
@@ -93,10 +94,17 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     if let Some(hook) = dev_links_hook(&hook_binary(), &mut plan.symlinks)? {
         plan.edits.hooks.push(hook);
     }
+    let mut rootfs = None;
+    if config.nvshim.driver_mounts == DriverMounts::Staged {
+        rootfs = stage_driver(config, &mut plan.edits.mounts, rootfs_dir.as_deref())?;
+    }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
     if !plan.ldcache.is_empty() || !plan.symlinks.is_empty() {
-        let rootfs = Rootfs::open(rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?)?;
+        let rootfs = match rootfs {
+            Some(rootfs) => rootfs,
+            None => Rootfs::open(rootfs_dir.as_deref().ok_or(CreateError::NoRoot)?)?,
+        };
         let prefer = match plan.driver.as_ref().filter(|_| compat::enabled(config)) {
             Some(host) => compat::preferred(
                 &rootfs,
@@ -124,6 +132,53 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     std::mem::forget(loaded);
     std::mem::forget(plan);
     Ok(outcome)
+}
+
+/// Puts the driver's read-only files into their stage (see [`driver_stage`]): the
+/// symlinks go into the rootfs and `mounts` gets one bind of the stage in place of
+/// theirs. A stage that cannot be had (no right to mount, a full `/run`, …) leaves the
+/// per-file mounts as they are, which give the container the same files. Returns the
+/// rootfs when it was opened.
+fn stage_driver(
+    config: &Config,
+    mounts: &mut Vec<Mount>,
+    rootfs_dir: Option<&Path>,
+) -> Result<Option<Rootfs>, CreateError> {
+    if !mounts.iter().any(driver_stage::eligible) {
+        return Ok(None);
+    }
+    let rootfs = Rootfs::open(rootfs_dir.ok_or(CreateError::NoRoot)?)?;
+    if rootfs.is_host_root()? {
+        // No links into the host's own directories: per-file mounts.
+        return Ok(Some(rootfs));
+    }
+    let stage = match driver_stage::ensure(&config.nvshim.driver_stage_dir, mounts) {
+        Ok(Some(stage)) => stage,
+        Ok(None) => return Ok(Some(rootfs)),
+        Err(e @ StageError::NotPermitted { .. }) => {
+            tracing::debug!("{e}; per-file mounts");
+            return Ok(Some(rootfs));
+        }
+        Err(e) => {
+            tracing::warn!("{e}; the driver's files get per-file mounts instead");
+            return Ok(Some(rootfs));
+        }
+    };
+    let links = stage.symlinks();
+    let occupied =
+        rootfs.symlinks_beside_files(links.iter().map(|(p, t)| (p.as_path(), t.as_str())))?;
+    for path in &occupied {
+        tracing::debug!(path = %path.display(), "the image has a file here: it keeps its own bind mount");
+    }
+    stage.rewrite(mounts, &occupied);
+    tracing::debug!(
+        stage = %stage.host_dir.display(),
+        built = stage.built,
+        files = links.len() - occupied.len(),
+        "driver files staged: one mount at {}",
+        driver_stage::CONTAINER_DIR
+    );
+    Ok(Some(rootfs))
 }
 
 /// The `createContainer` hook that gives the container `ModifyDeviceFiles: 0`, told

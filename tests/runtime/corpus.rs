@@ -113,7 +113,7 @@ fn appended(pointer: &str) -> Option<fn(&Value) -> bool> {
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             m["type"] == "bind"
-                && opts.contains(&"bind")
+                && (opts.contains(&"bind") || opts.contains(&"rbind"))
                 && opts.contains(&"nosuid")
                 && opts.contains(&"nodev")
                 && opts.contains(&"rprivate")
@@ -238,8 +238,24 @@ fn every_fixture_gets_only_the_expected_additions() {
             "/usr/lib/x86_64-linux-gnu/libcuda.so.{}",
             host.node.sim.library_version()
         );
+        // The driver's files come in one bind of the stage, linked at their paths.
         assert!(
-            mounts.iter().any(|m| m["destination"] == lib.as_str()),
+            mounts
+                .iter()
+                .any(|m| m["destination"] == nvshim::driver_stage::CONTAINER_DIR),
+            "{name}"
+        );
+        assert!(
+            mounts.iter().all(|m| m["destination"] != lib.as_str()),
+            "{name}"
+        );
+        assert_eq!(
+            fs::read_link(bundle.join("rootfs").join(lib.trim_start_matches('/'))).ok(),
+            Some(PathBuf::from(format!(
+                "{}/libcuda.so.{}",
+                nvshim::driver_stage::CONTAINER_DIR,
+                host.node.sim.library_version()
+            ))),
             "{name}"
         );
         // The soname link is created in the rootfs, not mounted.

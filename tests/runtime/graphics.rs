@@ -17,7 +17,7 @@ use crate::runc::{ok, setup};
 /// linker cache's EGL entries; the ICD's library.
 const SCRIPT: &str = "ls /dev/dri /dev/nvidia-modeset; echo ---; \
      for l in /dev/dri/by-path/*; do echo \"$l -> $(readlink $l)\"; done; echo ---; \
-     find /etc/vulkan /usr/share/glvnd /usr/share/egl /usr/share/nvidia /usr/lib/xorg -type f | sort; echo ---; \
+     find /etc/vulkan /usr/share/glvnd /usr/share/egl /usr/share/nvidia /usr/lib/xorg ! -type d | sort; echo ---; \
      for l in /usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so /usr/lib/xorg/modules/extensions/libglxserver_nvidia.so; \
        do echo \"$l -> $(readlink $l)\"; done; echo ---; \
      ldconfig -p | grep -e egl- -e allocator; echo ---; \

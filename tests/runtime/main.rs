@@ -19,6 +19,7 @@ mod corpus;
 mod docker;
 mod doctor_in_container;
 mod driver_params;
+mod driver_stage;
 mod graphics;
 mod installer;
 mod mig_access;

@@ -11,7 +11,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::{GPU_SCRIPT as SCRIPT, Node, Printed, node};
@@ -96,7 +96,57 @@ impl E2e {
     ) -> Run {
         let n = IDS.fetch_add(1, Ordering::Relaxed);
         let id = format!("nvshim-e2e-{}-{n}", std::process::id());
-        let bundle = self.dir.path().join(&id);
+        let bundle = self.bundle(env, script, mounts, &id);
+        let out = self.runtime(&["run", "--bundle", bundle.to_str().unwrap(), &id]);
+        Run { out, bundle, id }
+    }
+
+    /// `nvidia-container-runtime create` of `script` with `env` as container `id`
+    /// (its bundle: `<dir>/<id>`); `runc start` runs it.
+    pub(crate) fn create(&self, env: &[&str], script: &str, id: &str) -> Output {
+        let bundle = self.bundle(env, script, &[], id);
+        // The container inherits runc's stdio: a pipe would stay open while it runs.
+        let log = self.dir.path().join(format!("{id}.log"));
+        let mut cmd = self.runtime_command(&["create", "--bundle", bundle.to_str().unwrap(), id]);
+        let status = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .status()
+            .unwrap();
+        Output {
+            status,
+            stdout: Vec::new(),
+            stderr: fs::read(&log).unwrap(),
+        }
+    }
+
+    /// Our runtime with the e2e config and runc root, nothing else inherited.
+    fn runtime(&self, args: &[&str]) -> Output {
+        self.runtime_command(args).output().unwrap()
+    }
+
+    fn runtime_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(crate::common::runtime_bin());
+        cmd.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env(
+                "NVIDIA_CTK_CONFIG_FILE_PATH",
+                self.dir.path().join("config.toml"),
+            )
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(args);
+        cmd
+    }
+
+    /// A bundle at `<dir>/<id>` running `script` with `env`, the node's mock NVML
+    /// config and `mounts` (read-only binds) mounted in.
+    fn bundle(&self, env: &[&str], script: &str, mounts: &[(&Path, &str)], id: &str) -> PathBuf {
+        let bundle = self.dir.path().join(id);
         let mut all_env = vec![
             "MOCK_NVML_CONFIG=/etc/mock-nvml.json",
             "MOCK_NVML_DEV_ROOT=/dev",
@@ -121,24 +171,7 @@ impl E2e {
             }));
         }
         fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
-        let out = Command::new(crate::common::runtime_bin())
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env(
-                "NVIDIA_CTK_CONFIG_FILE_PATH",
-                self.dir.path().join("config.toml"),
-            )
-            .arg("--root")
-            .arg(self.runc_root())
-            .args(["run", "--bundle"])
-            .arg(&bundle)
-            .arg(&id)
-            .output()
-            .unwrap();
-        Run { out, bundle, id }
+        bundle
     }
 
     /// Whether runc knows the container (it must not after a failed create).

@@ -162,12 +162,25 @@ fn create_injects_the_gpus_and_execs_runc_with_the_same_argv() {
             && r["access"] == "rwm"),
         "{rules:?}"
     );
+    // The driver's files: one bind of the stage, a link at each usual path.
     let mounts = strs(&after["mounts"], "destination");
-    assert!(mounts.contains(&"/usr/bin/nvidia-smi"), "{mounts:?}");
     assert!(
-        mounts.iter().any(|m| m.ends_with("/libcuda.so.550.54.15")),
+        mounts.contains(&nvshim::driver_stage::CONTAINER_DIR),
         "{mounts:?}"
     );
+    let rootfs = bundle.join("rootfs");
+    for (path, name) in [
+        ("usr/bin/nvidia-smi", "nvidia-smi"),
+        (
+            "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
+            "libcuda.so.550.54.15",
+        ),
+    ] {
+        assert_eq!(
+            fs::read_link(rootfs.join(path)).unwrap(),
+            Path::new(nvshim::driver_stage::CONTAINER_DIR).join(name)
+        );
+    }
     // dockerd's --gpus hook is gone; the spec is marked.
     assert_eq!(after["hooks"]["prestart"], json!([]), "legacy hook removed");
     // The one hook added: the driver's params, with ModifyDeviceFiles 0, in the

@@ -205,7 +205,13 @@ fn host_mounts(own: &Path) -> BTreeMap<String, usize> {
         };
         let point = left.split(' ').nth(4).unwrap_or("").to_string();
         let fstype = right.split(' ').next().unwrap_or("");
-        if (point.starts_with(&tmp) && !point.starts_with(&own)) || fstype == "nsfs" {
+        // The runtime's driver stages are kept on purpose, one per set of driver files
+        // (`src/driver_stage/`; their own soak is `driver_stage.rs`).
+        let stages = nvshim::config::Config::default().nvshim.driver_stage_dir;
+        if (point.starts_with(&tmp) && !point.starts_with(&own))
+            || fstype == "nsfs"
+            || Path::new(&point).starts_with(&stages)
+        {
             continue;
         }
         *points.entry(point).or_insert(0) += 1;

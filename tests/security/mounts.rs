@@ -24,6 +24,7 @@ use crate::harness::{
     Job, LIB, Lab, MountLine, Run, Sentinel, Via, climbing, mountinfo, move_behind_link,
     no_host_mounts_under, replace_with_link,
 };
+use nvshim::driver_stage::{self, CONTAINER_DIR};
 use serde_json::Value;
 
 const COMPAT: &str = "usr/local/cuda/compat";
@@ -85,6 +86,70 @@ fn added_mounts(run: &Run) -> BTreeMap<String, String> {
             )
         })
         .filter(|(d, _)| !before.contains(d))
+        .flat_map(|(d, s)| match d == CONTAINER_DIR {
+            true => staged_files(&s),
+            false => vec![(d, s)],
+        })
+        .collect()
+}
+
+/// `injected` with each staged file at its usual path: where the runtime's run linked
+/// it (`links`: link target in the stage → link path), as per-file mounts place it.
+fn unstaged(
+    injected: &BTreeMap<String, String>,
+    links: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    injected
+        .iter()
+        .map(|(dest, source)| match links.get(dest) {
+            Some(usual) => (usual.clone(), source.clone()),
+            None => (dest.clone(), source.clone()),
+        })
+        .collect()
+}
+
+/// The rootfs's symlinks into the stage: target → the link's container path.
+fn stage_links(rootfs: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, found: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                if target.starts_with(CONTAINER_DIR) {
+                    let inside = Path::new("/").join(path.strip_prefix(root).unwrap());
+                    found.insert(target.display().to_string(), inside.display().to_string());
+                }
+            } else if kind.is_dir() {
+                walk(root, &path, found);
+            }
+        }
+    }
+    let mut found = BTreeMap::new();
+    walk(rootfs, rootfs, &mut found);
+    found
+}
+
+/// The driver stage's one bind (`src/driver_stage/`) stands for a mount per file under
+/// [`CONTAINER_DIR`]: each file's place there and its host source, from the stage's
+/// record, so that each is checked as a per-file mount is.
+fn staged_files(stage: &str) -> Vec<(String, String)> {
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(format!("{stage}.json")).unwrap()).unwrap();
+    let hosts: Vec<PathBuf> = record["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| PathBuf::from(f[0].as_str().unwrap()))
+        .collect();
+    let refs: Vec<&Path> = hosts.iter().map(PathBuf::as_path).collect();
+    driver_stage::layout(&refs)
+        .into_iter()
+        .zip(&hosts)
+        .map(|(rel, host)| {
+            let place = Path::new(CONTAINER_DIR).join(rel);
+            (place.display().to_string(), host.display().to_string())
+        })
         .collect()
 }
 
@@ -144,8 +209,12 @@ fn check_mount_table(
     for line in lines {
         // runc mounts each cgroup v1 hierarchy under the spec's /sys/fs/cgroup.
         let cgroup_v1 = line.fstype == "cgroup" && line.point.starts_with("/sys/fs/cgroup/");
+        // The driver stage's own tmpfs, holding the staged files' mounts.
+        let stage = line.fstype == "tmpfs"
+            && line.point == CONTAINER_DIR
+            && injected.keys().any(|d| d.starts_with(CONTAINER_DIR));
         assert!(
-            allowed.contains(&line.point) || cgroup_v1,
+            allowed.contains(&line.point) || cgroup_v1 || stage,
             "{case}: unexpected mount in the container: {line:?}"
         );
         if let Some(source) = injected.get(&line.point) {
@@ -198,6 +267,7 @@ fn s1_image_compat_links_never_become_mount_sources() {
     let before = s.snapshot();
     let node_dir = lab.sim.dir.display().to_string();
     let mut injected = BTreeMap::new();
+    let mut links = BTreeMap::new();
     for via in Via::ALL {
         let case = format!("S1 via {via:?}");
         let job = Job {
@@ -208,8 +278,11 @@ fn s1_image_compat_links_never_become_mount_sources() {
         let out = run.ok(&case);
         if via == Via::Runtime {
             injected = added_mounts(&run);
+            links = stage_links(&run.rootfs());
             assert!(
-                injected.keys().any(|d| d.ends_with("libcuda.so.550.54.15")),
+                injected
+                    .keys()
+                    .any(|d| d.ends_with("/libcuda.so.550.54.15")),
                 "{case}: {injected:#?}"
             );
             for (dest, source) in &injected {
@@ -222,7 +295,12 @@ fn s1_image_compat_links_never_become_mount_sources() {
             assert_eq!(added_mounts(&run), injected, "{case}: CDI mounts differ");
         }
         let parts: Vec<&str> = out.split("---\n").collect();
-        check_mount_table(&case, &mountinfo(parts[0]), &run, &injected);
+        // The prestart hook mounts each file at its usual path, not through the stage.
+        let expected = match via {
+            Via::Hook => unstaged(&injected, &links),
+            _ => injected.clone(),
+        };
+        check_mount_table(&case, &mountinfo(parts[0]), &run, &expected);
         assert!(
             !out.contains(&s.token),
             "{case}: a host file is readable in the container:\n{}",
