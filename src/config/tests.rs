@@ -178,6 +178,16 @@ fn defaults_that_differ_from_nvidia_by_design() {
             "10",
         ),
         (
+            "nvshim.driver-mounts (ours)",
+            c.nvshim.driver_mounts.to_string(),
+            "staged",
+        ),
+        (
+            "nvshim.driver-stage-dir (ours)",
+            c.nvshim.driver_stage_dir.display().to_string(),
+            "/run/nvshim/driver-stage",
+        ),
+        (
             "nvidia-container-cli.dev-root (ours)",
             format!("{:?}", c.nvidia_container_cli.dev_root),
             "None",
@@ -464,5 +474,15 @@ fn serialized_default_parses_back() {
             Err(e) => panic!("serialize: {e}"),
         };
         assert_eq!(parse_ok(&text), (config, vec![]), "{text}");
+    }
+}
+
+#[test]
+fn driver_mounts_takes_its_two_words_and_names_them_otherwise() {
+    let (c, _) = parse_ok("[nvshim]\ndriver-mounts = \"per-file\"\n");
+    assert_eq!(c.nvshim.driver_mounts, DriverMounts::PerFile);
+    let err = parse_err("[nvshim]\ndriver-mounts = \"overlay\"\n").to_string();
+    for want in ["overlay", "staged", "per-file"] {
+        assert!(err.contains(want), "{err}");
     }
 }
