@@ -211,30 +211,17 @@ fn one_mount_holds_the_driver_and_ld_so_reaches_the_same_files_as_per_file_mount
         .iter()
         .filter(|m| m["source"].as_str().is_some_and(|s| s.starts_with(&root)))
         .filter(|m| m["options"] == json!(nvshim::edits::RO_OPTIONS))
-        .map(|m| {
-            let dest = m["destination"].as_str().unwrap();
-            Path::new(dest)
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(|m| file_name(m["destination"].as_str().unwrap()))
         .collect();
     per_file.sort();
-    let mut in_stage: Vec<String> = under[1..]
-        .iter()
-        .map(|m| {
-            Path::new(&m.point)
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let mut in_stage: Vec<String> = under[1..].iter().map(|m| file_name(&m.point)).collect();
     in_stage.sort();
     assert_eq!(in_stage, per_file);
+}
+
+fn file_name(path: &str) -> String {
+    let name = Path::new(path).file_name().unwrap();
+    name.to_str().unwrap().to_string()
 }
 
 #[test]
