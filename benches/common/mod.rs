@@ -63,18 +63,7 @@ pub struct BenchFs {
 
 impl BenchFs {
     pub fn new() -> BenchFs {
-        let tmp = tempfile::tempdir().unwrap();
-        let data = tmp.path().join("data");
-        let run = tmp.path().join("run");
-        fs::create_dir_all(&data).unwrap();
-        fs::create_dir_all(&run).unwrap();
-        let mut bench = BenchFs {
-            data,
-            run,
-            describe: String::new(),
-            mounts: Vec::new(),
-            _tmp: tmp,
-        };
+        let mut bench = BenchFs::in_temp_dir();
         if std::env::var("NVSHIM_BENCH_FS").as_deref() == Ok("host") {
             bench.describe = "files on the host disk (NVSHIM_BENCH_FS=host)".into();
             return bench;
@@ -95,18 +84,25 @@ impl BenchFs {
     /// Files in a temp dir on the machine's own disk, runc's state beside them: what a
     /// container start costs on this machine's file system and its mount options.
     pub fn on_host() -> BenchFs {
+        let mut bench = BenchFs::in_temp_dir();
+        bench.describe = format!(
+            "files and runc state on the machine's own disk ({})",
+            bench._tmp.path().display()
+        );
+        bench
+    }
+
+    /// `data/` and `run/` in a fresh temp dir, nothing mounted yet.
+    fn in_temp_dir() -> BenchFs {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().join("data");
         let run = tmp.path().join("run");
         fs::create_dir_all(&data).unwrap();
         fs::create_dir_all(&run).unwrap();
         BenchFs {
-            describe: format!(
-                "files and runc state on the machine's own disk ({})",
-                tmp.path().display()
-            ),
             data,
             run,
+            describe: String::new(),
             mounts: Vec::new(),
             _tmp: tmp,
         }

@@ -45,7 +45,7 @@ pub enum StageError {
     Io {
         what: &'static str,
         path: PathBuf,
-        source: Errno,
+        source: std::io::Error,
     },
     #[error("{path} changed while it was being staged")]
     Changed { path: PathBuf },
@@ -149,27 +149,24 @@ fn matches(dir: &Path, entries: &[Entry]) -> bool {
     })
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> StageError + 'a {
-    move |source| match source {
-        Errno::EPERM | Errno::EACCES if what.starts_with("mount") => StageError::NotPermitted {
-            path: path.to_path_buf(),
-        },
-        source => StageError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
-        },
-    }
-}
-
-fn io_std<'a>(
+fn io<'a, E: Into<std::io::Error>>(
     what: &'static str,
     path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> StageError + 'a {
+) -> impl FnOnce(E) -> StageError + 'a {
     move |e| StageError::Io {
         what,
         path: path.to_path_buf(),
-        source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        source: e.into(),
+    }
+}
+
+/// [`io`] for `mount(2)`: no right to mount is [`StageError::NotPermitted`].
+fn mount_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> StageError + 'a {
+    move |e| match e {
+        Errno::EPERM | Errno::EACCES => StageError::NotPermitted {
+            path: path.to_path_buf(),
+        },
+        e => io(what, path)(e),
     }
 }
 
@@ -188,7 +185,7 @@ fn build(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError> {
             .recursive(true)
             .mode(0o755)
             .create(parent)
-            .map_err(io_std("create", parent))?;
+            .map_err(io("create", parent))?;
     }
     let lock_path = lock_path(root);
     let file = fs::OpenOptions::new()
@@ -198,7 +195,7 @@ fn build(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError> {
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(&lock_path)
-        .map_err(io_std("open", &lock_path))?;
+        .map_err(io("open", &lock_path))?;
     let _lock =
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io("lock", &lock_path)(e))?;
     ensure_root(root)?;
@@ -221,7 +218,7 @@ fn ensure_root(root: &Path) -> Result<(), StageError> {
     match fs::DirBuilder::new().mode(0o700).create(root) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_std("create", root)(e)),
+        Err(e) => return Err(io("create", root)(e)),
     }
     if is_mount_point(root)? {
         return Ok(());
@@ -234,7 +231,7 @@ fn ensure_root(root: &Path) -> Result<(), StageError> {
         flags,
         Some("mode=0700,size=1m"),
     )
-    .map_err(io("mount a tmpfs on", root))?;
+    .map_err(mount_err("mount a tmpfs on", root))?;
     mount(
         None::<&str>,
         root,
@@ -242,7 +239,7 @@ fn ensure_root(root: &Path) -> Result<(), StageError> {
         MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(io("mount (make private)", root))?;
+    .map_err(mount_err("mount (make private)", root))?;
     Ok(())
 }
 
@@ -261,7 +258,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
     fs::DirBuilder::new()
         .mode(0o755)
         .create(&dir)
-        .map_err(io_std("create", &dir))?;
+        .map_err(io("create", &dir))?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(
         Some("nvshim-driver"),
@@ -270,7 +267,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
         flags,
         Some("mode=0755,size=64k"),
     )
-    .map_err(io("mount a tmpfs on", &dir))?;
+    .map_err(mount_err("mount a tmpfs on", &dir))?;
     for e in entries {
         let target = dir.join(&e.rel);
         if let Some(parent) = target.parent().filter(|p| *p != dir) {
@@ -281,7 +278,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
                     ErrorKind::AlreadyExists => Ok(()),
                     _ => Err(e),
                 })
-                .map_err(io_std("create", parent))?;
+                .map_err(io("create", parent))?;
         }
         fs::OpenOptions::new()
             .write(true)
@@ -289,7 +286,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
             .mode(0o444)
             .custom_flags(libc::O_CLOEXEC)
             .open(&target)
-            .map_err(io_std("create", &target))?;
+            .map_err(io("create", &target))?;
         bind_file(&e.host, &target, e.identity)?;
     }
     let sources = Sources {
@@ -300,7 +297,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
     };
     let record = root.join(format!("{key}.json"));
     let text = serde_json::to_vec(&sources).unwrap_or_default();
-    fs::write(&record, text).map_err(io_std("write", &record))?;
+    fs::write(&record, text).map_err(io("write", &record))?;
     mount(
         None::<&str>,
         &dir,
@@ -308,7 +305,7 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
         MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | flags,
         None::<&str>,
     )
-    .map_err(io("mount (read-only)", &dir))?;
+    .map_err(mount_err("mount (read-only)", &dir))?;
     Ok(())
 }
 
@@ -331,14 +328,14 @@ fn bind_file(host: &Path, target: &Path, want: [u64; 6]) -> Result<(), StageErro
         MsFlags::MS_BIND,
         None::<&str>,
     )
-    .map_err(io("mount (bind)", target))?;
+    .map_err(mount_err("mount (bind)", target))?;
     let ro = MsFlags::MS_REMOUNT
         | MsFlags::MS_BIND
         | MsFlags::MS_RDONLY
         | MsFlags::MS_NOSUID
         | MsFlags::MS_NODEV;
     mount(None::<&str>, target, None::<&str>, ro, None::<&str>)
-        .map_err(io("mount (read-only)", target))?;
+        .map_err(mount_err("mount (read-only)", target))?;
     Ok(())
 }
 
@@ -355,13 +352,13 @@ fn remove(root: &Path, key: &str) -> Result<(), StageError> {
     match fs::remove_dir_all(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io_std("remove", &dir)(e)),
+        Err(e) => return Err(io("remove", &dir)(e)),
     }
     let record = root.join(format!("{key}.json"));
     match fs::remove_file(&record) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io_std("remove", &record)(e)),
+        Err(e) => return Err(io("remove", &record)(e)),
     }
     Ok(())
 }
