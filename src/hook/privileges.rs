@@ -115,7 +115,7 @@ pub fn set_of(stage: Stage) -> CapsHashSet {
 }
 
 /// What [`restrict`] left: the effective and permitted set, and how many capabilities
-/// it dropped from the bounding set.
+/// outside it are now out of the bounding set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restricted {
     pub kept: CapsHashSet,
@@ -131,17 +131,24 @@ pub fn restrict(stage: Stage) -> Result<Restricted, PrivilegeError> {
 
     // The bounding set first, while CAP_SETPCAP is still effective. Without it (a
     // non-root run, or a second pass after a hand-off) there is nothing it could drop.
+    // Every capability outside `wanted` is dropped without reading the set first
+    // (dropping one that is not there succeeds; EINVAL: this kernel does not know it):
+    // reading it would be one more call per capability.
     let mut bounding_dropped = 0;
     if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false) {
-        let mut extra: Vec<Capability> = read(CapSet::Bounding)?
-            .difference(&wanted)
-            .copied()
-            .collect();
+        let mut extra: Vec<Capability> = caps::all().difference(&wanted).copied().collect();
         extra.sort_by_key(|c| c.index());
         for cap in extra {
-            caps::drop(None, CapSet::Bounding, cap)
-                .map_err(|source| PrivilegeError::Bounding { cap, source })?;
-            bounding_dropped += 1;
+            match super::syscalls::capbset_drop(cap.index()) {
+                Ok(()) => bounding_dropped += 1,
+                Err(nix::errno::Errno::EINVAL) => {}
+                Err(errno) => {
+                    return Err(PrivilegeError::Bounding {
+                        cap,
+                        source: format!("PR_CAPBSET_DROP failure: {}", errno.desc()).into(),
+                    });
+                }
+            }
         }
     }
     let set = |set, value: &CapsHashSet| {
@@ -154,7 +161,13 @@ pub fn restrict(stage: Stage) -> Result<Restricted, PrivilegeError> {
     let none = CapsHashSet::new();
     // Ambient before inheritable: an ambient capability must stay inheritable.
     if caps::runtime::ambient_set_supported().is_ok() {
-        set(CapSet::Ambient, &none)?;
+        // One PR_CAP_AMBIENT_CLEAR_ALL (`caps::set` would lower each capability in
+        // turn after probing which ones the kernel knows: 82 calls).
+        caps::clear(None, CapSet::Ambient).map_err(|source| PrivilegeError::Set {
+            set: CapSet::Ambient,
+            wanted: describe(&none),
+            source,
+        })?;
     }
     set(CapSet::Inheritable, &none)?;
     set(CapSet::Effective, &kept)?;

@@ -1,6 +1,7 @@
 //! The hook's raw system calls: the new mount API (`open_tree`, `move_mount`,
-//! `fsopen`, `fsconfig`, `fsmount`, Linux 5.2) and `bpf(2)`'s cgroup device program
-//! commands, none of which nix or libc wrap.
+//! `fsopen`, `fsconfig`, `fsmount`, Linux 5.2), `bpf(2)`'s cgroup device program
+//! commands, none of which nix or libc wrap, and `prctl(PR_CAPBSET_DROP)` with its
+//! errno (the `caps` crate's drop keeps only a message).
 //!
 //! This is the only hook module allowed `unsafe`: each wrapper here is safe to call
 //! (it takes fds and slices, never raw pointers, and checks every length it hands the
@@ -26,6 +27,14 @@ fn owned(ret: c_long) -> Result<OwnedFd, Errno> {
 
 fn unit(ret: c_long) -> Result<(), Errno> {
     if ret < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// `prctl(PR_CAPBSET_DROP, cap)`: takes capability number `cap` out of this thread's
+/// bounding set (EINVAL: the kernel does not know it; EPERM: no CAP_SETPCAP).
+pub fn capbset_drop(cap: u8) -> Result<(), Errno> {
+    // SAFETY: PR_CAPBSET_DROP reads only its integer argument and touches no memory.
+    let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+    unit(c_long::from(ret))
 }
 
 /// `open_tree(dir, path, flags)`: a detached clone of the mount at `path` relative to
