@@ -7,6 +7,8 @@
 //! <root>/<key>/          tmpfs (mode 0755, read-only once built): the stage
 //! <root>/<key>/<name>    an empty file with the host file bind-mounted on it,
 //!                        read-only, nosuid, nodev
+//! <root>/<key>/t/<path>  for each file's container path, a relative symlink to
+//!                        `<name>`: a directory the image lacks can be one link
 //! <root>/<key>.json      the host files and identities it was built from (for the
 //!                        garbage collection; not visible in containers)
 //! <root>.lock            flock'd while a stage is built or removed
@@ -33,7 +35,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::stat::{self, FileStat, Mode};
 use serde::{Deserialize, Serialize};
 
-use super::{Stage, eligible, key, layout};
+use super::{KeyedFile, Stage, TREE_DIR, eligible, key, layout};
 use crate::cdi::Mount;
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,8 @@ struct Entry {
     host: PathBuf,
     rel: PathBuf,
     identity: [u64; 6],
+    /// Its container paths (for the tree).
+    containers: Vec<PathBuf>,
 }
 
 /// The stage for the eligible mounts among `mounts` (see [`super::eligible`]), under
@@ -109,11 +113,15 @@ pub fn ensure(root: &Path, mounts: &[Mount]) -> Result<Option<Stage>, StageError
             host: host.clone(),
             rel,
             identity: *identity,
+            containers: by_host[host].clone(),
         })
         .collect();
-    let key = key(entries
-        .iter()
-        .map(|e| (e.host.as_path(), e.rel.as_path(), e.identity)));
+    let key = key(entries.iter().map(|e| KeyedFile {
+        host: &e.host,
+        rel: &e.rel,
+        containers: &e.containers,
+        identity: e.identity,
+    }));
     let dir = root.join(&key);
     let built = if matches(&dir, &entries) {
         false
@@ -123,7 +131,7 @@ pub fn ensure(root: &Path, mounts: &[Mount]) -> Result<Option<Stage>, StageError
     };
     let mut links = BTreeMap::new();
     for e in &entries {
-        for container in &by_host[&e.host] {
+        for container in &e.containers {
             links.insert(container.clone(), e.rel.clone());
         }
     }
@@ -280,14 +288,21 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
                 })
                 .map_err(io("create", parent))?;
         }
-        fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&target)
-            .map_err(io("create", &target))?;
+        // Made without opening it: a writable fd on the tmpfs, even one a forked child
+        // holds for an instant, would make the read-only remount below fail (EBUSY).
+        stat::mknod(
+            &target,
+            stat::SFlag::S_IFREG,
+            Mode::from_bits_truncate(0o444),
+            0,
+        )
+        .map_err(io("create", &target))?;
         bind_file(&e.host, &target, e.identity)?;
+    }
+    for e in entries {
+        for container in &e.containers {
+            tree_link(&dir, container, &e.rel)?;
+        }
     }
     let sources = Sources {
         files: entries
@@ -307,6 +322,28 @@ fn populate(root: &Path, key: &str, entries: &[Entry]) -> Result<(), StageError>
     )
     .map_err(mount_err("mount (read-only)", &dir))?;
     Ok(())
+}
+
+/// `<dir>/t/<container>` → `<rel>` (relative, so that it resolves in the container's
+/// view of the stage), with the directories above it.
+fn tree_link(dir: &Path, container: &Path, rel: &Path) -> Result<(), StageError> {
+    let inside = container.strip_prefix("/").unwrap_or(container);
+    let link = dir.join(TREE_DIR).join(inside);
+    let parent = link.parent().unwrap_or(dir);
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(parent)
+        .map_err(io("create", parent))?;
+    let depth = parent
+        .strip_prefix(dir)
+        .map_or(0, |p| p.components().count());
+    let mut target = PathBuf::new();
+    for _ in 0..depth {
+        target.push("..");
+    }
+    target.push(rel);
+    std::os::unix::fs::symlink(&target, &link).map_err(io("create", &link))
 }
 
 /// Binds the host file at `host` onto `target` read-only, nosuid, nodev, through an

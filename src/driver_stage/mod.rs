@@ -42,6 +42,15 @@ pub use host::{StageError, ensure};
 /// bytes ext4 keeps inside the inode: a longer one costs each link a data block.
 pub const CONTAINER_DIR: &str = "/usr/lib/nvshim";
 
+/// The stage's tree: each file's container path below it, a relative symlink to the
+/// file (see [`Stage::dir_link`]).
+pub const TREE_DIR: &str = "t";
+
+/// Where a directory the image lacks may be one link to the stage's tree (see
+/// [`Stage::dir_link`]): the GSP firmware's `/lib/firmware/nvidia/<version>/`, which
+/// would otherwise be three new directories in most images.
+pub const DIR_LINK_ROOTS: &[&str] = &["/lib/firmware", "/usr/lib/firmware"];
+
 /// The stage's own mount: read-only, no devices, no set-uid, nothing executable on the
 /// tmpfs itself (the binaries' bind mounts keep exec), submounts included, propagating
 /// nowhere.
@@ -78,6 +87,30 @@ impl Stage {
                 (path.clone(), target.display().to_string())
             })
             .collect()
+    }
+
+    /// The target for a symlink at `dir`, a directory the image lacks, in place of the
+    /// links below it: the stage's tree at `dir`. `None` unless the stage has links
+    /// below `dir` and none of `others` (what else goes into the rootfs: other mounts'
+    /// targets, the soname links) is at or below it.
+    ///
+    /// Only for the firmware's directories ([`DIR_LINK_ROOTS`]): a symlink in place of
+    /// a directory shows to a walk that does not follow links (`find`), and nothing in
+    /// a container walks or even reads the GPU's firmware (the host's kernel loads it).
+    pub fn dir_link(&self, dir: &Path, others: &[&Path]) -> Option<String> {
+        if !DIR_LINK_ROOTS.iter().any(|root| dir.starts_with(root)) {
+            return None;
+        }
+        let below = self.links.keys().any(|p| p.starts_with(dir) && p != dir);
+        let clash = others.iter().any(|o| o.starts_with(dir));
+        (below && !clash).then(|| {
+            let inside = dir.strip_prefix("/").unwrap_or(dir);
+            Path::new(CONTAINER_DIR)
+                .join(TREE_DIR)
+                .join(inside)
+                .display()
+                .to_string()
+        })
     }
 
     /// Replaces the staged mounts in `mounts` with one bind of the stage, keeping the
@@ -138,10 +171,19 @@ pub fn layout(hosts: &[&Path]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// What [`key`] hashes of one file.
+pub struct KeyedFile<'a> {
+    pub host: &'a Path,
+    pub rel: &'a Path,
+    pub containers: &'a [PathBuf],
+    pub identity: [u64; 6],
+}
+
 /// The stage's name for a set of files: FNV-1a (64 bits, hex) over a layout version
-/// and each file's host path, place and identity. Not a security boundary: every use
-/// checks each staged file's identity against the host file (see `host`).
-pub fn key<'a>(files: impl IntoIterator<Item = (&'a Path, &'a Path, [u64; 6])>) -> String {
+/// and each file's host path, place, container paths and identity. Not a security
+/// boundary: every use checks each staged file's identity against the host file (see
+/// `host`).
+pub fn key<'a>(files: impl IntoIterator<Item = KeyedFile<'a>>) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
@@ -149,13 +191,18 @@ pub fn key<'a>(files: impl IntoIterator<Item = (&'a Path, &'a Path, [u64; 6])>) 
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     };
-    eat(b"nvshim-driver-stage-1\0");
-    for (host, rel, identity) in files {
-        eat(host.as_os_str().as_bytes());
+    eat(b"nvshim-driver-stage-2\0");
+    for file in files {
+        eat(file.host.as_os_str().as_bytes());
         eat(b"\0");
-        eat(rel.as_os_str().as_bytes());
+        eat(file.rel.as_os_str().as_bytes());
         eat(b"\0");
-        for n in identity {
+        for container in file.containers {
+            eat(container.as_os_str().as_bytes());
+            eat(b"\0");
+        }
+        eat(b"\0");
+        for n in file.identity {
             eat(&n.to_le_bytes());
         }
     }

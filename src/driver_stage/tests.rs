@@ -70,33 +70,63 @@ fn layout_is_flat_until_two_files_share_a_name() {
 }
 
 #[test]
-fn the_key_changes_with_any_identity_and_nothing_else() {
+fn the_key_changes_with_any_identity_path_or_place() {
     let host = Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
     let rel = Path::new("libcuda.so.550.54.15");
-    let base = key([(host, rel, [1, 2, 3, 4, 5, 6])]);
-    assert_eq!(base, key([(host, rel, [1, 2, 3, 4, 5, 6])]));
+    let containers = [PathBuf::from(host)];
+    let one = |host, rel, containers, identity| {
+        key([KeyedFile {
+            host,
+            rel,
+            containers,
+            identity,
+        }])
+    };
+    let base = one(host, rel, &containers, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(base, one(host, rel, &containers, [1, 2, 3, 4, 5, 6]));
     assert_eq!(base.len(), 16);
     for i in 0..6 {
         let mut id = [1, 2, 3, 4, 5, 6];
         id[i] += 1;
-        assert_ne!(base, key([(host, rel, id)]), "identity field {i}");
+        assert_ne!(base, one(host, rel, &containers, id), "identity field {i}");
     }
-    assert_ne!(
-        base,
-        key([(
-            Path::new("/usr/lib64/libcuda.so.550.54.15"),
-            rel,
-            [1, 2, 3, 4, 5, 6]
-        )])
+    let other_host = Path::new("/usr/lib64/libcuda.so.550.54.15");
+    assert_ne!(base, one(other_host, rel, &containers, [1, 2, 3, 4, 5, 6]));
+    let other_rel = Path::new("1/libcuda.so.550.54.15");
+    assert_ne!(base, one(host, other_rel, &containers, [1, 2, 3, 4, 5, 6]));
+    // The tree holds the container paths: another one is another stage.
+    let moved = [PathBuf::from("/usr/lib64/libcuda.so.550.54.15")];
+    assert_ne!(base, one(host, rel, &moved, [1, 2, 3, 4, 5, 6]));
+}
+
+#[test]
+fn a_missing_directory_links_to_the_tree_unless_something_else_goes_there() {
+    let stage = Stage {
+        host_dir: PathBuf::from("/run/nvshim/driver-stage/k"),
+        links: [
+            (
+                "/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin",
+                "gsp_ga10x.bin",
+            ),
+            ("/usr/bin/nvidia-smi", "nvidia-smi"),
+        ]
+        .into_iter()
+        .map(|(p, r)| (PathBuf::from(p), PathBuf::from(r)))
+        .collect(),
+        built: false,
+    };
+    assert_eq!(
+        stage.dir_link(Path::new("/lib/firmware"), &[]).as_deref(),
+        Some("/usr/lib/nvshim/t/lib/firmware")
     );
-    assert_ne!(
-        base,
-        key([(
-            host,
-            Path::new("1/libcuda.so.550.54.15"),
-            [1, 2, 3, 4, 5, 6]
-        )])
-    );
+    // No staged file below it, or the file itself: no directory link.
+    assert_eq!(stage.dir_link(Path::new("/lib/firmware/amd"), &[]), None);
+    // Not the firmware's: directories stay directories.
+    assert_eq!(stage.dir_link(Path::new("/usr"), &[]), None);
+    assert_eq!(stage.dir_link(Path::new("/usr/bin/nvidia-smi"), &[]), None);
+    // A soname link or another mount below it needs a real directory.
+    let soname = Path::new("/lib/firmware/nvidia/550.54.15/gsp.bin");
+    assert_eq!(stage.dir_link(Path::new("/lib/firmware"), &[soname]), None);
 }
 
 #[test]

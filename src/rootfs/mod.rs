@@ -14,9 +14,12 @@
 //! is replaced, not followed.
 
 pub mod compat;
+mod dir_links;
 pub mod elf;
 pub mod fdpath;
 pub mod linker;
+
+pub use dir_links::Placed;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

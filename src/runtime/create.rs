@@ -84,6 +84,7 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
 
     // The container's rootfs on the host, for the params hook and the linker files.
     let rootfs_dir = loaded.doc.root_path().map(|root| dir.join(root));
+    let spec_file_hooks = !plan.edits.hooks.is_empty();
     if plan.modify_device_files && container::covers_params(config) {
         // runc refuses mounts under /proc: a hook covers the driver's params once the
         // container's /proc is mounted (see `hook::params`).
@@ -96,7 +97,16 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     }
     let mut rootfs = None;
     if config.nvshim.driver_mounts == DriverMounts::Staged {
-        rootfs = stage_driver(config, &mut plan.edits.mounts, rootfs_dir.as_deref())?;
+        // A spec file's hooks write links of their own into the rootfs, where a
+        // directory link to the stage's tree could be in their way: none then.
+        let soname_links: Vec<PathBuf> = plan.symlinks.iter().map(|l| l.path.clone()).collect();
+        let others = (!spec_file_hooks).then_some(soname_links.as_slice());
+        rootfs = stage_driver(
+            config,
+            &mut plan.edits.mounts,
+            others,
+            rootfs_dir.as_deref(),
+        )?;
     }
     // Edited in place: nothing is written unless every edit applied.
     let applied = inject::apply(loaded.doc.value_mut(), &plan.edits)?;
@@ -137,11 +147,14 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
 /// Puts the driver's read-only files into their stage (see [`driver_stage`]): the
 /// symlinks go into the rootfs and `mounts` gets one bind of the stage in place of
 /// theirs. A stage that cannot be had (no right to mount, a full `/run`, …) leaves the
-/// per-file mounts as they are, which give the container the same files. Returns the
-/// rootfs when it was opened.
+/// per-file mounts as they are, which give the container the same files. A directory
+/// the image lacks becomes one link to the stage's tree unless `soname_links` is `None`
+/// (hooks of a spec file write there) or one of them is below it. Returns the rootfs
+/// when it was opened.
 fn stage_driver(
     config: &Config,
     mounts: &mut Vec<Mount>,
+    soname_links: Option<&[PathBuf]>,
     rootfs_dir: Option<&Path>,
 ) -> Result<Option<Rootfs>, CreateError> {
     if !mounts.iter().any(driver_stage::eligible) {
@@ -165,8 +178,27 @@ fn stage_driver(
         }
     };
     let links = stage.symlinks();
-    let occupied =
-        rootfs.symlinks_beside_files(links.iter().map(|(p, t)| (p.as_path(), t.as_str())))?;
+    let links: Vec<(&Path, &str)> = links
+        .iter()
+        .map(|(p, t)| (p.as_path(), t.as_str()))
+        .collect();
+    // What else goes into the rootfs: no directory of the stage's tree may hide it.
+    let others: Vec<&Path> = mounts
+        .iter()
+        .map(|m| Path::new(&m.container_path))
+        .filter(|p| !stage.links.contains_key(*p))
+        .chain(
+            soname_links
+                .unwrap_or_default()
+                .iter()
+                .map(PathBuf::as_path),
+        )
+        .chain([Path::new(linker::CACHE_PATH)])
+        .collect();
+    let placed = rootfs.place_links(&links, &|dir| {
+        soname_links.and_then(|_| stage.dir_link(dir, &others))
+    })?;
+    let occupied = placed.occupied;
     for path in &occupied {
         tracing::debug!(path = %path.display(), "the image has a file here: it keeps its own bind mount");
     }
@@ -175,6 +207,7 @@ fn stage_driver(
         stage = %stage.host_dir.display(),
         built = stage.built,
         files = links.len() - occupied.len(),
+        directory_links = placed.dir_links.len(),
         "driver files staged: one mount at {}",
         driver_stage::CONTAINER_DIR
     );

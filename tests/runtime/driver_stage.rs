@@ -29,6 +29,9 @@ const RESOLVE: &str = "ldconfig -p | sed -n 's/.* => //p' | sort -u | while read
                        echo \"$p $(readlink -f $p) $(stat -L -c %d:%i $p)\"; done; \
                        echo ---; for f in /usr/bin/nvidia-smi /usr/bin/nvidia-debugdump; do \
                        echo \"$f $(readlink $f) $(stat -L -c %d:%i $f)\"; done; \
+                       for f in /lib/firmware/nvidia/*/*; do \
+                       echo \"$f $(stat -L -c %d:%i $f)\"; done; \
+                       echo \"/lib/firmware $(readlink /lib/firmware)\"; \
                        echo ---; cat /proc/self/mountinfo; echo ---; nvidia-smi -L";
 
 /// `extra` appended to the e2e config's `[nvshim]` table.
@@ -204,6 +207,21 @@ fn one_mount_holds_the_driver_and_ld_so_reaches_the_same_files_as_per_file_mount
         );
     }
     assert!(plain_out.contains("GPU 7"), "{plain_out}");
+    // Firmware: the image has no /lib/firmware, so the stage gives it as one link to
+    // its tree; the same files as per-file mounts.
+    let firmware = |out: &str| -> Vec<String> {
+        section(out, 1)
+            .lines()
+            .filter(|l| l.starts_with("/lib/firmware/nvidia/"))
+            .map(String::from)
+            .collect()
+    };
+    assert!(!firmware(&out).is_empty(), "{out}");
+    assert_eq!(firmware(&out), firmware(&plain_out), "firmware");
+    assert!(
+        section(&out, 1).contains(&format!("/lib/firmware {CONTAINER_DIR}/t/lib/firmware\n")),
+        "{out}"
+    );
     // Nothing else of the host's: the stage holds exactly the files that per-file mode
     // binds read-only from the driver root.
     let root = e2e.node.sim.driver_root.to_str().unwrap().to_string();

@@ -108,25 +108,53 @@ fn unstaged(
         .collect()
 }
 
-/// The rootfs's symlinks into the stage: target → the link's container path.
-fn stage_links(rootfs: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, dir: &Path, found: &mut BTreeMap<String, String>) {
+/// The rootfs's symlinks into the stage: target → the link's container path. A link
+/// to the stage's tree (a directory the image lacked) stands for each file below it,
+/// read from the tree in `stage` (the stage's host directory).
+fn stage_links(rootfs: &Path, stage: Option<&Path>) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, stage: Option<&Path>, found: &mut BTreeMap<String, String>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
             let kind = entry.file_type().unwrap();
+            let inside = Path::new("/").join(path.strip_prefix(root).unwrap());
             if kind.is_symlink() {
                 let target = std::fs::read_link(&path).unwrap();
-                if target.starts_with(CONTAINER_DIR) {
-                    let inside = Path::new("/").join(path.strip_prefix(root).unwrap());
-                    found.insert(target.display().to_string(), inside.display().to_string());
+                let tree = Path::new(CONTAINER_DIR).join(driver_stage::TREE_DIR);
+                match (target.strip_prefix(&tree), stage) {
+                    (Ok(below), Some(stage)) => {
+                        let top = stage.join(driver_stage::TREE_DIR).join(below);
+                        tree_files(&top, &top, &inside, found);
+                    }
+                    _ if target.starts_with(CONTAINER_DIR) => {
+                        found.insert(target.display().to_string(), inside.display().to_string());
+                    }
+                    _ => {}
                 }
             } else if kind.is_dir() {
-                walk(root, &path, found);
+                walk(root, &path, stage, found);
             }
         }
     }
+    /// The tree's relative links under `dir` (the tree at container path `at`).
+    fn tree_files(top: &Path, dir: &Path, at: &Path, found: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                tree_files(top, &path, at, found);
+                continue;
+            }
+            let rel: PathBuf = std::fs::read_link(&path)
+                .unwrap()
+                .components()
+                .filter(|c| *c != std::path::Component::ParentDir)
+                .collect();
+            let place = Path::new(CONTAINER_DIR).join(rel);
+            let usual = at.join(path.strip_prefix(top).unwrap());
+            found.insert(place.display().to_string(), usual.display().to_string());
+        }
+    }
     let mut found = BTreeMap::new();
-    walk(rootfs, rootfs, &mut found);
+    walk(rootfs, rootfs, stage, &mut found);
     found
 }
 
@@ -278,7 +306,13 @@ fn s1_image_compat_links_never_become_mount_sources() {
         let out = run.ok(&case);
         if via == Via::Runtime {
             injected = added_mounts(&run);
-            links = stage_links(&run.rootfs());
+            let stage = run.spec()["mounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["destination"] == CONTAINER_DIR)
+                .map(|m| PathBuf::from(m["source"].as_str().unwrap()));
+            links = stage_links(&run.rootfs(), stage.as_deref());
             assert!(
                 injected
                     .keys()
