@@ -29,7 +29,8 @@ impl Rootfs {
     /// link's directory is missing from the image, the topmost missing directory `A`
     /// becomes a symlink to `dir_link(A)` when that gives a target (the caller answers
     /// only for directories where the target's tree holds exactly the links under
-    /// `A`), and the links under `A` are not made one by one. Two missing directories
+    /// `A`, and never for a directory below one it refuses), and the links under `A`
+    /// are not made one by one. Two missing directories
     /// that are one place in the image (`/lib` and `/usr/lib` are often one) get no
     /// directory link.
     pub fn place_links(
@@ -63,7 +64,12 @@ impl Rootfs {
         let parents: BTreeSet<&Path> = links.iter().filter_map(|(p, _)| p.parent()).collect();
         let mut tops: BTreeMap<PathBuf, String> = BTreeMap::new();
         for parent in parents {
-            if tops.keys().any(|top| parent.starts_with(top)) || self.exists(parent)? {
+            // No target for a directory means none for any directory above it (the
+            // caller's answer narrows going down), so most parents cost no system call.
+            if dir_link(parent).is_none()
+                || tops.keys().any(|top| parent.starts_with(top))
+                || self.exists(parent)?
+            {
                 continue;
             }
             let Some((top, link)) = self.topmost_missing(parent)? else {

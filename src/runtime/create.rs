@@ -99,8 +99,7 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
     if config.nvshim.driver_mounts == DriverMounts::Staged {
         // A spec file's hooks write links of their own into the rootfs, where a
         // directory link to the stage's tree could be in their way: none then.
-        let soname_links: Vec<PathBuf> = plan.symlinks.iter().map(|l| l.path.clone()).collect();
-        let others = (!spec_file_hooks).then_some(soname_links.as_slice());
+        let others = (!spec_file_hooks).then_some(plan.symlinks.as_slice());
         rootfs = stage_driver(
             config,
             &mut plan.edits.mounts,
@@ -154,7 +153,7 @@ pub fn prepare(dir: &Path, config: &Config, nvml: NvmlAccess) -> Result<Outcome,
 fn stage_driver(
     config: &Config,
     mounts: &mut Vec<Mount>,
-    soname_links: Option<&[PathBuf]>,
+    soname_links: Option<&[SymlinkEdit]>,
     rootfs_dir: Option<&Path>,
 ) -> Result<Option<Rootfs>, CreateError> {
     if !mounts.iter().any(driver_stage::eligible) {
@@ -191,7 +190,7 @@ fn stage_driver(
             soname_links
                 .unwrap_or_default()
                 .iter()
-                .map(PathBuf::as_path),
+                .map(|l| l.path.as_path()),
         )
         .chain([Path::new(linker::CACHE_PATH)])
         .collect();
