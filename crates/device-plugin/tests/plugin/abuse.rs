@@ -130,11 +130,13 @@ async fn requests_past_the_limits_are_refused_naming_them() {
     args[1] = String::new(); // --kubelet-socket "": serve only
     let plugin = PluginProc::spawn(plugin_bin(), &args, &node.sim.env());
     let socket = dir.path().join("nvidia-gpu.sock");
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while !socket.exists() {
-        assert!(tokio::time::Instant::now() < deadline, "{}", plugin.log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // "serving" is logged once the socket listens; the file exists from bind, a moment
+    // earlier, when a connect is refused.
+    assert!(
+        plugin.wait_log("serving resource=", WITHIN).await,
+        "{}",
+        plugin.log()
+    );
     let channel = tonic::transport::Endpoint::from_shared(format!("unix:{}", socket.display()))
         .unwrap()
         .origin(tonic::transport::Uri::from_static("http://localhost"))

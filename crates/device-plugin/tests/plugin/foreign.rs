@@ -448,15 +448,12 @@ async fn raw_http2_requests_with_every_authority_are_answered() {
     args[1] = String::new(); // --kubelet-socket "": serve without registering
     let plugin = PluginProc::spawn(plugin_bin(), &args, &node.sim.env());
     let socket = dir.path().join("nvidia-gpu.sock");
-    let deadline = tokio::time::Instant::now() + GENEROUS;
-    while !socket.exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no socket:\n{}",
-            plugin.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // "serving" is logged once the socket listens (the file exists from bind, earlier).
+    assert!(
+        plugin.wait_log("serving resource=", GENEROUS).await,
+        "no socket:\n{}",
+        plugin.log()
+    );
     let out = Command::new(python())
         .arg(Path::new(FOREIGN).join("h2_raw.py"))
         .arg(&socket)

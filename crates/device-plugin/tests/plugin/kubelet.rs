@@ -40,7 +40,8 @@ const WITHIN: Duration = Duration::from_secs(60);
 /// The plugin's event once kubelet has accepted its registration.
 const REGISTERED: &str = "registered with kubelet resource=nvidia.com/gpu";
 /// The plugin's log once kubelet streams ListAndWatch (which carries the devices): a pod
-/// admitted between registration and the first list finds no GPU available.
+/// admitted between registration and kubelet taking in the first list finds no GPU
+/// available, so the cases also wait for kubelet's checkpoint to list them.
 const STREAMED: &str = "ready: every resource is served and streamed by kubelet";
 /// The plugin's event of each RPC, in the order a pod's admission makes them. (The
 /// `Register` event comes before the call: kubelet opens ListAndWatch while it handles it.)
@@ -84,6 +85,7 @@ impl Fixture {
             "--log-level".into(),
             "info,nvshim=debug".into(),
         ]);
+        let mark = self.kube.devices_checkpoint_mark();
         let plugin = PluginProc::spawn(
             Path::new(env!("CARGO_BIN_EXE_nvidia-device-plugin")),
             &args,
@@ -91,6 +93,7 @@ impl Fixture {
         );
         wait_log(&plugin, REGISTERED, 1, case);
         wait_log(&plugin, STREAMED, 1, case);
+        self.kube.wait_devices_listed(RESOURCE, mark, WITHIN);
         plugin
     }
 
@@ -318,10 +321,12 @@ fn pod_resources_name(fx: &Fixture, hold: &str, case: &str) {
 fn restart(fx: &mut Fixture, kubelet: &Path, tag: &str) {
     let case = format!("{tag}/kubelet-restart");
     let plugin = fx.plugin("envvar", &case);
+    let mark = fx.kube.devices_checkpoint_mark();
     fx.kube.stop_kubelet();
     fx.kube.start_kubelet(kubelet);
     wait_log(&plugin, REGISTERED, 2, &case);
     wait_log(&plugin, STREAMED, 2, &case);
+    fx.kube.wait_devices_listed(RESOURCE, mark, WITHIN);
     let printed = fx.run_pod(&format!("{tag}-after-restart"), 2, &plugin, &case);
     assert_gpus(&printed, 2, &plugin, &case);
 }

@@ -377,13 +377,16 @@ async fn xid_errors_and_health_flips_are_counted() {
 
     append_event(sim, &format!("{uuid3} 79"));
     append_event(sim, &format!("{uuid3} 79"));
+    let (gpu2, unhealthy) = ([("gpu", "2")], [("to", "unhealthy")]);
+    // The flip is counted by its own task after the board changes: wait for a count,
+    // then check it is one.
     let scrape = run
-        .scrape_until("two XID 79s and GPU 3 unhealthy", |s| {
+        .scrape_until("two XID 79s, GPU 3 unhealthy and the flip counted", |s| {
             value(s, "gpu_xid_errors_total", &xid("79")) == Some(2.0)
                 && value(s, "gpu_healthy", &[("gpu", "3")]) == Some(0.0)
+                && value(s, "plugin_health_transitions_total", &unhealthy).is_some()
         })
         .await;
-    let (gpu2, unhealthy) = ([("gpu", "2")], [("to", "unhealthy")]);
     let cases: [Case; 4] = [
         ("XID 13 once", "gpu_xid_errors_total", &xid("13"), Some(1.0)),
         ("other GPUs", "gpu_xid_errors_total", &gpu2, None),

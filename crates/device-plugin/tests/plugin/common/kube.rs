@@ -27,7 +27,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nvshim_testkit::Containerd;
 use serde_json::Value;
@@ -237,6 +237,52 @@ impl KubeNode {
     /// The device-plugin directory as this process sees it.
     pub fn device_plugins(&self) -> PathBuf {
         self.kubelet_root().join("device-plugins")
+    }
+
+    /// When kubelet last wrote its device checkpoint (`kubelet_internal_checkpoint`), if
+    /// ever: the mark for [`Self::wait_devices_listed`].
+    pub fn devices_checkpoint_mark(&self) -> Option<SystemTime> {
+        fs::metadata(self.devices_checkpoint())
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Waits until kubelet has taken in a device list for `resource` with at least one
+    /// healthy device, written after `mark`. kubelet handles each ListAndWatch response
+    /// on its own goroutine and writes its checkpoint (`RegisteredDevices`: the healthy
+    /// ids) right after; a pod admitted before that finds "Available: 0". A stream's end
+    /// marks the devices unhealthy without writing the checkpoint, so only a new write
+    /// counts.
+    pub fn wait_devices_listed(&self, resource: &str, mark: Option<SystemTime>, within: Duration) {
+        let file = self.devices_checkpoint();
+        let deadline = Instant::now() + within;
+        loop {
+            let modified = fs::metadata(&file).and_then(|m| m.modified()).ok();
+            let fresh = modified.is_some() && modified != mark;
+            let listed = fs::read(&file)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                .and_then(|c| {
+                    c["Data"]["RegisteredDevices"][resource]
+                        .as_array()
+                        .map(Vec::len)
+                })
+                .unwrap_or(0);
+            if fresh && listed > 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubelet listed no healthy {resource} device within {within:?} \
+                 ({}: rewritten {fresh}, healthy ids {listed})",
+                file.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn devices_checkpoint(&self) -> PathBuf {
+        self.device_plugins().join("kubelet_internal_checkpoint")
     }
 
     /// The log of the kubelet started last.
