@@ -37,6 +37,9 @@ use nix::unistd::{self, UnlinkatFlags};
 /// Most symlinks followed while resolving one path, as the kernel's limit.
 const MAX_LINKS: usize = 40;
 
+/// How many times `openat2` is asked before a lookup takes the walk instead.
+const OPENAT2_TRIES: usize = 4;
+
 /// Set once `openat2` answered `ENOSYS`: use the walk from then on.
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 /// Makes temporary names unique within the process.
@@ -382,13 +385,19 @@ impl Rootfs {
                 .flags(flags)
                 .mode(mode)
                 .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-            match fcntl::openat2(&self.fd, relative.as_path(), how) {
-                Err(Errno::ENOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
-                // The kernel asks to retry when a rename raced the lookup.
-                Err(Errno::EAGAIN) => {
-                    return fcntl::openat2(&self.fd, relative.as_path(), how);
+            // The kernel answers EAGAIN when any rename or mount on the system raced a
+            // lookup that met `..` or a symlink: retry a few times, then take the walk,
+            // which gives the same answer and never asks to retry (a busy host mounts
+            // and renames all the time).
+            for _ in 0..OPENAT2_TRIES {
+                match fcntl::openat2(&self.fd, relative.as_path(), how) {
+                    Err(Errno::ENOSYS) => {
+                        NO_OPENAT2.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(Errno::EAGAIN) => continue,
+                    other => return other,
                 }
-                other => return other,
             }
         }
         walk(self.fd.as_fd(), path, flags, mode)

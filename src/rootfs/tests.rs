@@ -302,3 +302,44 @@ fn mountpoints_on_proc_are_refused_even_through_an_image_link() {
         "through the link"
     );
 }
+
+/// While other threads rename files as fast as they can, the kernel asks lookups that
+/// meet `..` to retry (EAGAIN); every lookup still answers, through the walk if need be.
+#[test]
+fn lookups_through_dotdot_answer_while_renames_race_them() {
+    let s = setup();
+    symlink("../../../..", s.root.join("up")).unwrap();
+    let r = Rootfs::open(&s.root).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let churn = s.host.join("churn");
+    std::thread::scope(|scope| {
+        for n in 0..2 {
+            let (stop, churn) = (&stop, &churn);
+            scope.spawn(move || {
+                let (a, b) = (
+                    churn.with_extension(format!("a{n}")),
+                    churn.with_extension(format!("b{n}")),
+                );
+                fs::write(&a, "x").unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    fs::rename(&a, &b).unwrap();
+                    fs::rename(&b, &a).unwrap();
+                }
+            });
+        }
+        let mut failed = Vec::new();
+        for _ in 0..100_000 {
+            let path = Path::new("/up/usr/../usr/lib/inside");
+            if let Err(e) = r.resolve(path, OFlag::O_RDONLY, Mode::empty()) {
+                failed.push(e);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            failed.is_empty(),
+            "{} lookups failed: {:?}",
+            failed.len(),
+            &failed[..failed.len().min(3)]
+        );
+    });
+}
