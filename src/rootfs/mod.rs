@@ -5,8 +5,10 @@
 //! is held as an `O_PATH` directory fd and every path is resolved against it with
 //! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`: absolute symlinks and `..`
 //! stay inside the root, `/proc` magic links are refused. On kernels without
-//! `openat2` (before 5.6) an equivalent walk does the same one component at a time,
-//! each step relative to the previous directory's fd, never by name from the top.
+//! `openat2` (before 5.6), and for a lookup the kernel keeps asking to retry (a rename
+//! or mount elsewhere on the host raced it), an equivalent walk does the same one
+//! component at a time, each step relative to the previous directory's fd, never by
+//! name from the top.
 //!
 //! New files are written to a fresh temporary name (`O_CREAT | O_EXCL |
 //! O_NOFOLLOW`) in the already-resolved parent directory and renamed over the
