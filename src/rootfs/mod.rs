@@ -388,7 +388,7 @@ impl Rootfs {
                 .mode(mode)
                 .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
             // The kernel answers EAGAIN when any rename or mount on the system raced a
-            // lookup that met `..` or a symlink: retry a few times, then take the walk,
+            // lookup that met `..`: retry a few times, then take the walk,
             // which gives the same answer and never asks to retry (a busy host mounts
             // and renames all the time).
             for _ in 0..OPENAT2_TRIES {

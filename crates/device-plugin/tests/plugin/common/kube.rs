@@ -257,7 +257,7 @@ impl KubeNode {
         let file = self.devices_checkpoint();
         let deadline = Instant::now() + within;
         loop {
-            let modified = fs::metadata(&file).and_then(|m| m.modified()).ok();
+            let modified = self.devices_checkpoint_mark();
             let fresh = modified.is_some() && modified != mark;
             let listed = fs::read(&file)
                 .ok()
