@@ -71,6 +71,9 @@ pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 /// The config key that lets unprivileged containers request devices through env vars.
 pub const KEY_ACCEPT_ENVVAR_UNPRIVILEGED: &str =
     "accept-nvidia-visible-devices-envvar-when-unprivileged";
+/// The config key that lets device requests come as `/dev/null` mounts under
+/// [`VOLUME_MOUNT_ROOT`].
+pub const KEY_ACCEPT_VOLUME_MOUNTS: &str = "accept-nvidia-visible-devices-as-volume-mounts";
 
 /// The longest element quoted in full in an error message.
 const QUOTE_MAX: usize = 64;

@@ -11,6 +11,8 @@ use clap::{Args, ValueEnum};
 
 use super::InstallError;
 use crate::cli::configure::{self, EngineKind};
+use crate::config::Config;
+use crate::request::{KEY_ACCEPT_ENVVAR_UNPRIVILEGED, KEY_ACCEPT_VOLUME_MOUNTS};
 
 /// NVIDIA's toolkit directory (its installer's `--toolkit-install-dir` plus `toolkit`).
 pub const DEFAULT_TOOLKIT_DIR: &str = "/usr/local/nvidia/toolkit";
@@ -45,6 +47,9 @@ pub const ENV_DEV_ROOT: &[&str] = &["NVIDIA_DEV_ROOT", "DEV_ROOT"];
 pub const ENV_NO_DAEMON: &[&str] = &["NO_DAEMON"];
 pub const ENV_SOURCE_DIR: &[&str] = &["NVSHIM_SOURCE_DIR"];
 pub const ENV_READY_FILE: &[&str] = &["TOOLKIT_READY_FILE"];
+pub const ENV_ACCEPT_ENVVAR_UNPRIVILEGED: &[&str] =
+    &["ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"];
+pub const ENV_ACCEPT_VOLUME_MOUNTS: &[&str] = &["ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"];
 
 /// How the engine is made to read its new config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -129,6 +134,14 @@ pub struct InstallArgs {
     /// Install and exit instead of waiting for SIGTERM to undo the install.
     #[arg(long, short = 'n', num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_daemon: Option<String>,
+    /// Written to config.toml's key of the same name: whether `NVIDIA_VISIBLE_DEVICES`
+    /// requests count for containers without `CAP_SYS_ADMIN`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub accept_nvidia_visible_devices_envvar_when_unprivileged: Option<String>,
+    /// Written to config.toml's key of the same name: whether `/dev/null` mounts under
+    /// `/var/run/nvidia-container-devices` request devices.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub accept_nvidia_visible_devices_as_volume_mounts: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -177,6 +190,10 @@ pub struct Settings {
     pub source_dir: PathBuf,
     pub ready_file: PathBuf,
     pub daemon: bool,
+    /// config.toml's `accept-nvidia-visible-devices-envvar-when-unprivileged`.
+    pub accept_envvar_unprivileged: bool,
+    /// config.toml's `accept-nvidia-visible-devices-as-volume-mounts`.
+    pub accept_volume_mounts: bool,
 }
 
 /// The first non-empty variable of `names`, with its name.
@@ -207,11 +224,12 @@ fn flag_or_env_bool(
     flag: Option<&str>,
     flag_name: &str,
     names: &[&'static str],
+    default: bool,
 ) -> Result<bool, InstallError> {
     match (flag, first_env(env, names)) {
         (Some(v), _) => boolean(&format!("--{flag_name}"), v),
         (None, Some((name, v))) => boolean(name, &v),
-        (None, None) => Ok(false),
+        (None, None) => Ok(default),
     }
 }
 
@@ -376,9 +394,41 @@ impl InstallArgs {
             self.set_as_default.as_deref(),
             "set-as-default",
             ENV_SET_AS_DEFAULT,
+            false,
         )?;
-        let cdi = flag_or_env_bool(env, self.cdi_enabled.as_deref(), "cdi-enabled", ENV_CDI)?;
-        let daemon = !flag_or_env_bool(env, self.no_daemon.as_deref(), "no-daemon", ENV_NO_DAEMON)?;
+        let cdi = flag_or_env_bool(
+            env,
+            self.cdi_enabled.as_deref(),
+            "cdi-enabled",
+            ENV_CDI,
+            false,
+        )?;
+        let daemon = !flag_or_env_bool(
+            env,
+            self.no_daemon.as_deref(),
+            "no-daemon",
+            ENV_NO_DAEMON,
+            false,
+        )?;
+        // NVIDIA's installer names these flags after the config.toml keys they set, and
+        // always writes both keys; unset, they keep config.toml's defaults.
+        let defaults = Config::default();
+        let accept_envvar_unprivileged = flag_or_env_bool(
+            env,
+            self.accept_nvidia_visible_devices_envvar_when_unprivileged
+                .as_deref(),
+            KEY_ACCEPT_ENVVAR_UNPRIVILEGED,
+            ENV_ACCEPT_ENVVAR_UNPRIVILEGED,
+            defaults.accept_nvidia_visible_devices_envvar_when_unprivileged,
+        )?;
+        let accept_volume_mounts = flag_or_env_bool(
+            env,
+            self.accept_nvidia_visible_devices_as_volume_mounts
+                .as_deref(),
+            KEY_ACCEPT_VOLUME_MOUNTS,
+            ENV_ACCEPT_VOLUME_MOUNTS,
+            defaults.accept_nvidia_visible_devices_as_volume_mounts,
+        )?;
         let driver_root = driver_root
             .cloned()
             .or_else(|| first_env(env, ENV_DRIVER_ROOT).map(|(_, v)| PathBuf::from(v)))
@@ -408,6 +458,8 @@ impl InstallArgs {
             source_dir,
             ready_file,
             daemon,
+            accept_envvar_unprivileged,
+            accept_volume_mounts,
         })
     }
 }

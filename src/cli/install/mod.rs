@@ -23,6 +23,8 @@ pub mod restart;
 pub mod state;
 
 #[cfg(test)]
+mod accept_tests;
+#[cfg(test)]
 mod signal_tests;
 #[cfg(test)]
 mod tests;
@@ -105,11 +107,15 @@ pub(crate) fn save_state(file: &Path, state: &State) -> Result<(), InstallError>
     state::save(file, state)
 }
 
-/// config.toml for the toolkit directory: NVIDIA's defaults, the driver root, and the
-/// hook and `nvidia-ctk` in the toolkit directory.
+/// config.toml for the toolkit directory: NVIDIA's defaults, the driver root, the two
+/// `accept-nvidia-visible-devices-*` keys, and the hook and `nvidia-ctk` in the toolkit
+/// directory.
 pub fn config_toml(settings: &Settings) -> Result<String, InstallError> {
     let mut config = Config::default();
     let toolkit = &settings.place.toolkit_dir;
+    config.accept_nvidia_visible_devices_envvar_when_unprivileged =
+        settings.accept_envvar_unprivileged;
+    config.accept_nvidia_visible_devices_as_volume_mounts = settings.accept_volume_mounts;
     config.nvidia_container_cli.root = settings.driver_root.clone();
     config.nvidia_container_cli.dev_root = settings.dev_root.clone();
     config.nvidia_container_runtime_hook.path = toolkit.join(HOOK_BINARY);

@@ -51,7 +51,7 @@ impl Host {
         fs::write(p, text).unwrap();
     }
 
-    fn read(&self, host_path: &str) -> String {
+    pub(super) fn read(&self, host_path: &str) -> String {
         fs::read_to_string(self.path(host_path)).unwrap()
     }
 
@@ -84,7 +84,12 @@ impl Host {
         self.settings_env(engine, extra, &[])
     }
 
-    fn settings_env(&self, engine: &str, extra: &[&str], env: &[(&str, &str)]) -> Settings {
+    pub(super) fn settings_env(
+        &self,
+        engine: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Settings {
         let root = self.root.path().display().to_string();
         let source = self.source.path().display().to_string();
         let mut argv = vec![
@@ -127,7 +132,7 @@ pub(super) fn parse(argv: &[&str]) -> (crate::cli::HostArgs, InstallArgs) {
     }
 }
 
-fn resolve(argv: &[&str], env: &[(&str, &str)]) -> Result<Settings, InstallError> {
+pub(super) fn resolve(argv: &[&str], env: &[(&str, &str)]) -> Result<Settings, InstallError> {
     let (host, args) = parse(argv);
     let table: BTreeMap<String, String> = env
         .iter()
