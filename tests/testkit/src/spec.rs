@@ -34,6 +34,8 @@ pub const MIG_MAX_COMPUTE_INSTANCES: u32 = 8;
 
 const A100_NAME: &str = "NVIDIA A100-SXM4-80GB";
 const A100_MEMORY: u64 = 80 * GIB;
+const H100_NAME: &str = "NVIDIA H100 80GB HBM3";
+const H100_MEMORY: u64 = 80 * GIB;
 const GIB: u64 = 1024 * 1024 * 1024;
 /// PCI buses of the eight GPUs of a DGX A100, in PCI order.
 const DGX_A100_BUSES: [u8; 8] = [0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd];
@@ -111,6 +113,19 @@ impl NodeSpec {
             gpus,
             xid_events: Vec::new(),
         }
+    }
+
+    /// Like [`NodeSpec::standard`], with `n` H100-80GB (Hopper, compute capability 9.0) and
+    /// UUIDs of their own (`GPU-4100…`), so a cluster of both presets has no UUID twice.
+    pub fn h100(n: usize) -> NodeSpec {
+        let mut spec = NodeSpec::standard(n);
+        for (index, gpu) in spec.gpus.iter_mut().enumerate() {
+            gpu.name = H100_NAME.to_owned();
+            gpu.memory_bytes = H100_MEMORY;
+            gpu.compute_capability = (9, 0);
+            gpu.uuid = format!("GPU-4100{index:04x}-0000-4000-8000-{index:012x}");
+        }
+        spec
     }
 
     /// Like [`NodeSpec::standard`], but GPU 0 (PCI order; its minor is 1 when `n == 2`) has MIG

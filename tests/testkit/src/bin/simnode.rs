@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-//! `nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V] [--bundle B [--env K=V]...
-//! [--cmd SHELL-COMMAND]]`: builds a simulated GPU node at `<dir>` and prints the env to use as
+//! `nvshim-simnode <dir> [--gpus N] [--model a100|h100] [--mig] [--driver-version V]
+//! [--bundle B [--env K=V]... [--cmd SHELL-COMMAND]]`: builds a simulated GPU node at `<dir>` and prints the env to use as
 //! shell `export` lines (used by `make demo`).
 //!
 //! `--bundle B` also writes an OCI bundle for runc at `B` (replacing an earlier one): a glibc
@@ -16,12 +16,14 @@ use std::process::ExitCode;
 
 use nvshim_testkit::{Artifacts, MOCK_CONFIG_FILE, NodeSpec, SimNode, runc_bundle};
 
-const USAGE: &str = "usage: nvshim-simnode <dir> [--gpus N] [--mig] [--driver-version V] \
+const USAGE: &str = "usage: nvshim-simnode <dir> [--gpus N] [--model a100|h100] [--mig] \
+                     [--driver-version V] \
                      [--bundle B [--env K=V]... [--cmd SHELL-COMMAND]]";
 
 struct Args {
     dir: PathBuf,
     gpus: usize,
+    h100: bool,
     mig: bool,
     driver_version: Option<String>,
     bundle: Option<PathBuf>,
@@ -44,6 +46,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut args = Args {
         dir: PathBuf::new(),
         gpus: 2,
+        h100: false,
         mig: false,
         driver_version: None,
         bundle: None,
@@ -60,6 +63,16 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--gpus \"{n}\" is not a number\n{USAGE}"))?;
             }
+            "--model" => match argv.next().as_deref() {
+                Some("a100") => args.h100 = false,
+                Some("h100") => args.h100 = true,
+                other => {
+                    return Err(format!(
+                        "--model {:?} is not a model (valid: a100, h100)\n{USAGE}",
+                        other.unwrap_or("")
+                    ));
+                }
+            },
             "--mig" => args.mig = true,
             "--driver-version" => {
                 let v = argv
@@ -98,8 +111,12 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let mut spec = if args.mig {
+    let mut spec = if args.mig && args.h100 {
+        return Err(format!("--mig is for the a100 model only\n{USAGE}"));
+    } else if args.mig {
         NodeSpec::with_mig(args.gpus)
+    } else if args.h100 {
+        NodeSpec::h100(args.gpus)
     } else {
         NodeSpec::standard(args.gpus)
     };
