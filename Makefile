@@ -1,7 +1,8 @@
 # nvshim: the two commands are `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: all build release static-runtime package package-arm64 demo test test-arm64 lint bench clean
+.PHONY: all build release static-runtime package package-arm64 demo test test-arm64 lint bench clean \
+	peers cluster cluster-down test-cluster
 
 all: build
 
@@ -74,6 +75,23 @@ lint:
 # them), the engine tests again against the static binaries.
 test:
 	CARGO=$(CARGO) bash scripts/test.sh
+
+# The live cluster's peers (Kubernetes, etcd, containerd 2, runc, Helm: tests/peers/versions.env),
+# built from the Go module proxy into /var/cache/nvshim-ci/peers; a warm cache does nothing.
+peers:
+	bash scripts/build-peers.sh
+
+# A Kubernetes cluster of two simulated GPU nodes with nvshim installed by Helm
+# (docs/simulated-node.md: CLUSTER_NODES, CLUSTER_INSTALL, CLUSTER_RUNTIME); needs root.
+cluster:
+	bash scripts/cluster/up.sh
+
+cluster-down:
+	bash scripts/cluster/down.sh
+
+# After `make test` (CI runs it): the end-to-end tests on a live cluster (tests/cluster/).
+test-cluster:
+	bash tests/cluster/run.sh
 
 # After `make test` (CI runs both): the four binaries for aarch64 (Debian's rustc-web and
 # cross toolchain, `.ci/run` installs them), the arm64 packages and their test, and the

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The cases of `make test-cluster` (sourced by tests/cluster/run.sh, which sets dir, kubectl,
+# helm and KUBECONFIG). Each returns non-zero and says what it saw when it fails.
+
+tag=0.1.0-cluster
+busybox=localhost/busybox:latest
+# The simulated nodes' GPUs (scripts/cluster/up.sh): node 1 four A100s, node 2 two H100s.
+node1_gpus=4
+node2_gpus=2
+
+# node_exec N COMMAND...: runs COMMAND in node N's namespaces (its /etc, /run, processes).
+node_exec() {
+  local n=$1; shift
+  nsenter -t "$(cat "$dir/node$n/init.pid")" -m -u -p -n -- "$@"
+}
+
+# pod NAME NODE GPUS [RUNTIME_CLASS] [SHELL]: creates a pod running SHELL in busybox (with
+# glibc and NVIDIA_VISIBLE_DEVICES=all in its env, as a CUDA image has) on node NODE, with a
+# limit of GPUS nvidia.com/gpu (0: none).
+pod() {
+  local name=$1 node=$2 gpus=$3 class=${4:-nvidia}
+  local shell=${5:-"nvidia-smi -L || echo no-nvidia-smi; ls /dev | grep -E '^nvidia[0-9]+\$' | sed 's/^/dev: /'"}
+  local limits="{}" class_line=""
+  [ "$gpus" = 0 ] || limits="{limits: {nvidia.com/gpu: $gpus}}"
+  [ -z "$class" ] || class_line="runtimeClassName: $class"
+  "$kubectl" delete pod "$name" --ignore-not-found --wait=true >/dev/null 2>&1
+  "$kubectl" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: default}
+spec:
+  restartPolicy: Never
+  $class_line
+  nodeSelector: {kubernetes.io/hostname: $node}
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: $busybox
+      imagePullPolicy: Never
+      command: [sh, -c, "$shell"]
+      resources: $limits
+EOF
+}
+
+# finished NAME: waits for the pod to end (Succeeded or Failed) and prints its log.
+finished() {
+  local name=$1 phase=
+  for _ in $(seq 1 240); do
+    phase=$("$kubectl" get pod "$name" -o jsonpath='{.status.phase}' 2>/dev/null)
+    case $phase in Succeeded|Failed) break ;; esac
+    sleep 0.5
+  done
+  if [ "$phase" != Succeeded ]; then
+    echo "pod $name: phase \"$phase\""
+    "$kubectl" describe pod "$name" | tail -n 25
+    "$kubectl" logs "$name" 2>&1 | tail -n 20
+    return 1
+  fi
+  "$kubectl" logs "$name"
+}
+
+count() { grep -c "$1" <<< "$2" || true; }
+
+helm_install() {
+  for n in $(seq 1 "$(awk -F= '$1 == "nodes" {print $2}' "$dir/cluster.env")"); do
+    node_exec "$n" cat /etc/containerd/config.toml > "$dir/config.toml.before-$n" || return 1
+  done
+  bash scripts/cluster/install.sh helm "$dir" "$tag" || return 1
+  local status
+  status=$("$helm" status nvshim -n nvshim -o json | jq -r .info.status)
+  [ "$status" = deployed ] || { echo "helm status: \"$status\""; return 1; }
+}
+
+installer_configured() {
+  local dropin config starts
+  dropin=$(node_exec 1 cat /etc/containerd/conf.d/99-nvidia.toml) || { echo "no drop-in"; return 1; }
+  grep -q '^version = 3' <<< "$dropin" || { echo "the drop-in is not config version 3:"; echo "$dropin"; return 1; }
+  grep -q 'plugins\."io\.containerd\.cri\.v1\.runtime"\.containerd\.runtimes\.nvidia' <<< "$dropin" ||
+    { echo "no nvidia runtime for the v3 CRI runtime plugin in the drop-in:"; echo "$dropin"; return 1; }
+  grep -q 'BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"' <<< "$dropin" ||
+    { echo "the nvidia runtime does not run the installed runtime:"; echo "$dropin"; return 1; }
+  config=$(node_exec 1 cat /etc/containerd/config.toml)
+  grep -qE '^imports = \[.*"/etc/containerd/conf\.d/(\*|99-nvidia)\.toml"' <<< "$config" || { echo "config.toml does not import the drop-in:"; echo "$config"; return 1; }
+  node_exec 1 test -x /usr/local/nvidia/toolkit/nvidia-container-runtime || { echo "no runtime in the toolkit dir"; return 1; }
+  node_exec 1 test -f /run/nvidia/validations/toolkit-ready || { echo "no ready file"; return 1; }
+  starts=$(grep -c 'starting containerd' "$dir/node1/containerd.log")
+  [ "$starts" -ge 2 ] || { echo "containerd started $starts time(s): the installer did not restart it"; return 1; }
+  # The restarted containerd has the runtime: a RuntimeClass pod ran (capacity came from a
+  # plugin pod started through it).
+  node_exec 1 "$peers/ctr" -n k8s.io containers list -q >/dev/null
+}
+
+validation_job() {
+  local job
+  job=$("$kubectl" -n nvshim get jobs -o name | head -n1)
+  [ -n "$job" ] || { echo "no validation Job"; "$kubectl" -n nvshim get all; return 1; }
+  "$kubectl" -n nvshim wait --for=condition=complete "$job" --timeout=120s ||
+    { "$kubectl" -n nvshim describe "$job" | tail -n 20; "$kubectl" -n nvshim logs "$job" | tail -n 20; return 1; }
+}
+
+two_gpus() {
+  local out
+  pod two-gpus nvshim-node1 2
+  out=$(finished two-gpus) || { echo "$out"; return 1; }
+  echo "$out"
+  [ "$(count '^GPU [0-9]' "$out")" = 2 ] || { echo "nvidia-smi -L listed not 2 GPUs"; return 1; }
+  [ "$(count '^dev: ' "$out")" = 2 ] || { echo "not 2 /dev/nvidiaN"; return 1; }
+  [ "$(grep -o 'GPU-[0-9a-f-]*' <<< "$out" | sort -u | wc -l)" = 2 ] || { echo "not 2 distinct UUIDs"; return 1; }
+  "$kubectl" delete pod two-gpus --wait=false >/dev/null
+}
+
+models_per_node() {
+  local out
+  pod a100 nvshim-node1 1
+  pod h100 nvshim-node2 1
+  out=$(finished a100) || { echo "$out"; return 1; }
+  grep -q 'GPU 0: NVIDIA A100-SXM4-80GB' <<< "$out" || { echo "node 1: $out"; return 1; }
+  out=$(finished h100) || { echo "$out"; return 1; }
+  grep -q 'GPU 0: NVIDIA H100 80GB HBM3' <<< "$out" || { echo "node 2: $out"; return 1; }
+  "$kubectl" delete pod a100 h100 --wait=false >/dev/null
+}
+
+image_env_is_not_an_allocation() {
+  local out
+  pod no-limit nvshim-node1 0
+  out=$(finished no-limit) || { echo "$out"; return 1; }
+  echo "$out"
+  [ "$(count '^GPU [0-9]' "$out")" = 0 ] && [ "$(count '^dev: ' "$out")" = 0 ] ||
+    { echo "a pod without a GPU limit saw GPUs through its image's NVIDIA_VISIBLE_DEVICES=all"; return 1; }
+  "$kubectl" delete pod no-limit --wait=false >/dev/null
+}
+
+one_gpu_not_all() {
+  local out
+  pod one-gpu nvshim-node1 1
+  out=$(finished one-gpu) || { echo "$out"; return 1; }
+  echo "$out"
+  [ "$(count '^GPU [0-9]' "$out")" = 1 ] && [ "$(count '^dev: ' "$out")" = 1 ] ||
+    { echo "a pod with nvidia.com/gpu: 1 did not see exactly one GPU"; return 1; }
+  "$kubectl" delete pod one-gpu --wait=false >/dev/null
+}
+
+too_many_gpus() {
+  local reason=
+  pod greedy nvshim-node1 $((node1_gpus + 1))
+  for _ in $(seq 1 60); do
+    reason=$("$kubectl" get pod greedy -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+    [ -n "$reason" ] && break
+    sleep 0.5
+  done
+  echo "scheduler: $reason"
+  [ "$("$kubectl" get pod greedy -o jsonpath='{.status.phase}')" = Pending ] || return 1
+  grep -q 'Insufficient nvidia.com/gpu' <<< "$reason" || return 1
+  "$kubectl" delete pod greedy --wait=false >/dev/null
+}
+
+helm_uninstall() {
+  local n
+  "$helm" uninstall nvshim -n nvshim --wait --timeout 180s || return 1
+  # The DaemonSets' pods go after their owners: the installers undo the install on SIGTERM.
+  "$kubectl" -n nvshim wait --for=delete pod -l app.kubernetes.io/component=toolkit --timeout=150s ||
+    { "$kubectl" -n nvshim get pods; return 1; }
+  for n in 1 2; do
+    [ -f "$dir/config.toml.before-$n" ] || continue
+    node_exec "$n" cat /etc/containerd/config.toml > "$dir/config.toml.after-$n"
+    cmp "$dir/config.toml.before-$n" "$dir/config.toml.after-$n" ||
+      { diff "$dir/config.toml.before-$n" "$dir/config.toml.after-$n"; return 1; }
+    ! node_exec "$n" test -e /etc/containerd/conf.d/99-nvidia.toml || { echo "node $n: the drop-in is left"; return 1; }
+    ! node_exec "$n" test -e /usr/local/nvidia/toolkit/nvidia-container-runtime ||
+      { echo "node $n: the toolkit is left"; node_exec "$n" ls -la /usr/local/nvidia/toolkit; return 1; }
+  done
+}

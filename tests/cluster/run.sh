@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# `make test-cluster`: nvshim on a live Kubernetes cluster (scripts/cluster/up.sh: the current
+# kube-apiserver, scheduler, controller manager and kubelet, containerd 2, two simulated GPU
+# nodes), installed by the real Helm, then GPU pods end to end (tests/cluster/cases.sh).
+# Each case prints PASS or FAIL with what it saw; the last line is "N passed, N failed".
+# The cluster is taken down at the end, whatever happened (NVSHIM_KEEP_CLUSTER=1 keeps it).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+export NVSHIM_CLUSTER_DIR=${NVSHIM_CLUSTER_DIR:-/var/tmp/nvshim-cluster-test}
+dir=$NVSHIM_CLUSTER_DIR
+peers=${NVSHIM_PEERS_CACHE:-/var/cache/nvshim-ci/peers}/bin
+export KUBECONFIG=$dir/admin.kubeconfig
+kubectl=$peers/kubectl
+helm=$peers/helm
+
+passed=0 failed=0 failures=()
+# case NAME FUNCTION: runs FUNCTION, which returns non-zero and prints why on failure.
+case_() {
+  local name=$1 fn=$2 out start=$SECONDS
+  if out=$("$fn" 2>&1); then
+    passed=$((passed + 1))
+    printf 'PASS %s (%ss)\n' "$name" "$((SECONDS - start))"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    printf 'FAIL %s (%ss)\n%s\n' "$name" "$((SECONDS - start))" "$(sed 's/^/    /' <<< "$out" | tail -n 60)"
+  fi
+}
+
+finish() {
+  if [ "${NVSHIM_KEEP_CLUSTER:-0}" != 1 ]; then
+    bash scripts/cluster/down.sh > /dev/null 2>&1 || true
+  fi
+  [ "${#failures[@]}" = 0 ] || echo "failed: ${failures[*]}"
+  echo "$passed passed, $failed failed"
+  [ "$failed" = 0 ]
+}
+
+[ ! -e "$dir/cluster.env" ] || bash scripts/cluster/down.sh > /dev/null
+if ! CLUSTER_INSTALL=none bash scripts/cluster/up.sh; then
+  failed=$((failed + 1)) failures+=("cluster up")
+  for f in "$dir"/*.log "$dir"/node*/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
+  finish
+  exit 1
+fi
+
+. tests/cluster/cases.sh
+
+case_ "helm install: the installer configures containerd 2, the plugin registers, capacity = GPUs" helm_install
+case_ "installer: config v3 drop-in, imported by config.toml, runtime restarted, ready file" installer_configured
+case_ "validation Job completes" validation_job
+case_ "nvidia.com/gpu: 2 sees exactly two GPUs (nvidia-smi -L and /dev)" two_gpus
+case_ "pods on both nodes get the node's own GPU model" models_per_node
+case_ "image env NVIDIA_VISIBLE_DEVICES=all without a GPU limit sees no GPU" image_env_is_not_an_allocation
+case_ "nvidia.com/gpu: 1 with the image's NVIDIA_VISIBLE_DEVICES=all sees one GPU" one_gpu_not_all
+case_ "a pod asking for more GPUs than any node has stays Pending" too_many_gpus
+case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
+
+finish
