@@ -184,6 +184,47 @@ initContainers:
 {{- end }}
 {{- end -}}
 
+{{/* "true" when only an allocation gives an unprivileged container GPUs: the installer sets the
+toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged = false and
+accept-nvidia-visible-devices-as-volume-mounts = true, so an image's NVIDIA_VISIBLE_DEVICES=all
+(every CUDA image's) is no request. */}}
+{{- define "nvshim.allocationOnly" -}}
+{{- if and .Values.installer.enabled (not .Values.installer.acceptEnvvarWhenUnprivileged) }}true{{ end }}
+{{- end -}}
+
+{{/* The device plugin's DEVICE_LIST_STRATEGY: deviceListStrategy, else volume-mounts when only
+an allocation counts (else empty: the plugin's default, envvar). envvar cannot allocate then. */}}
+{{- define "nvshim.deviceListStrategy" -}}
+{{- $strategy := .Values.deviceListStrategy | default "" }}
+{{- if include "nvshim.allocationOnly" . }}
+{{- $strategy = $strategy | default "volume-mounts" }}
+{{- if has "envvar" (splitList "," $strategy) }}
+{{- fail "deviceListStrategy envvar: the runtime refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers while installer.acceptEnvvarWhenUnprivileged is false (valid then: volume-mounts, cdi-annotations, cdi-cri; or set installer.acceptEnvvarWhenUnprivileged=true)" }}
+{{- end }}
+{{- end }}
+{{- $strategy -}}
+{{- end -}}
+
+{{/* Our own GPU pods (plugin, labels, exporter, MPS daemon, validation) ask for every GPU the
+way an allocation does when only an allocation counts: /dev/null at
+/var/run/nvidia-container-devices/all (hostPath, which only who may mount host paths can). */}}
+{{- define "nvshim.allGpusMount" -}}
+{{- if include "nvshim.allocationOnly" . }}
+- name: nvidia-all-gpus
+  mountPath: /var/run/nvidia-container-devices/all
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "nvshim.allGpusVolume" -}}
+{{- if include "nvshim.allocationOnly" . }}
+- name: nvidia-all-gpus
+  hostPath:
+    path: /dev/null
+    type: CharDevice
+{{- end }}
+{{- end -}}
+
 {{- define "nvshim.validationsVolume" -}}
 {{- if .Values.installer.enabled }}
 - name: validations
