@@ -35,7 +35,7 @@ case $mode in
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $PWD/deployments/kustomize/overlays/containerd
+  - $(realpath --relative-to="$k" "$PWD/deployments/kustomize/overlays/containerd")
 images:
   - name: ghcr.io/nvshim/nvidia-device-plugin
     newName: $plugin_image
@@ -43,9 +43,16 @@ images:
   - name: ghcr.io/nvshim/container-toolkit
     newName: $toolkit_image
     newTag: "$tag"
+patches:
+  - target: {kind: DaemonSet, name: nvshim-installer}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --driver-root=/run/nvidia/driver
 YAML
     "$kubectl" kustomize --load-restrictor LoadRestrictionsNone "$k" > "$k/rendered.yaml"
-    sed -i 's/imagePullPolicy: IfNotPresent/imagePullPolicy: Never/; s|--driver-root=/$|--driver-root=/run/nvidia/driver|' "$k/rendered.yaml"
+    # The images are the nodes' own: never pulled.
+    sed -i 's/imagePullPolicy: IfNotPresent/imagePullPolicy: Never/' "$k/rendered.yaml"
     "$kubectl" apply -f "$k/rendered.yaml"
     ;;
   *) echo "install: unknown mode \"$mode\" (valid: helm, kustomize, none)" >&2; exit 1 ;;

@@ -66,7 +66,8 @@ helm_install() {
   for n in $(seq 1 "$(awk -F= '$1 == "nodes" {print $2}' "$dir/cluster.env")"); do
     node_exec "$n" cat /etc/containerd/config.toml > "$dir/config.toml.before-$n" || return 1
   done
-  bash scripts/cluster/install.sh helm "$dir" "$tag" || return 1
+  NVSHIM_HELM_ARGS="--set exporter.enabled=true --set gfd.enabled=true" \
+    bash scripts/cluster/install.sh helm "$dir" "$tag" || return 1
   local status
   status=$("$helm" status nvshim -n nvshim -o json | jq -r .info.status)
   [ "$status" = deployed ] || { echo "helm status: \"$status\""; return 1; }
@@ -139,6 +140,40 @@ one_gpu_not_all() {
   [ "$(count '^GPU [0-9]' "$out")" = 1 ] && [ "$(count '^dev: ' "$out")" = 1 ] ||
     { echo "a pod with nvidia.com/gpu: 1 did not see exactly one GPU"; return 1; }
   "$kubectl" delete pod one-gpu --wait=false >/dev/null
+}
+
+exporter_names_the_pod() {
+  local ip metrics
+  pod gpu-holder nvshim-node1 1 nvidia "nvidia-smi -L; sleep 300"
+  "$kubectl" wait --for=condition=Ready pod/gpu-holder --timeout=120s >/dev/null || { finished gpu-holder; return 1; }
+  ip=$("$kubectl" -n nvshim get pods -l app.kubernetes.io/component=exporter \
+    --field-selector spec.nodeName=nvshim-node1 -o jsonpath='{.items[0].status.podIP}')
+  [ -n "$ip" ] || { "$kubectl" -n nvshim get pods -o wide; return 1; }
+  "$kubectl" -n nvshim wait --for=condition=Ready pod -l app.kubernetes.io/component=exporter --timeout=120s >/dev/null
+  for _ in $(seq 1 60); do
+    metrics=$(curl -sf "http://$ip:9400/metrics") &&
+      grep -q 'pod="gpu-holder"' <<< "$metrics" && break
+    sleep 1
+  done
+  grep -E '^DCGM_FI_DEV_GPU_UTIL\{' <<< "$metrics" | head -n 5
+  grep -qE '^DCGM_FI_DEV_[A-Z_]+\{[^}]*namespace="default"[^}]*pod="gpu-holder"[^}]*container="main"|^DCGM_FI_DEV_[A-Z_]+\{[^}]*container="main"[^}]*namespace="default"[^}]*pod="gpu-holder"' <<< "$metrics" ||
+    { echo "no series names the GPU pod (namespace default, pod gpu-holder, container main)"; return 1; }
+  [ "$(grep -E '^DCGM_FI_DEV_GPU_UTIL\{' <<< "$metrics" | grep -c 'pod="gpu-holder"')" = 1 ] ||
+    { echo "not exactly one GPU's utilisation names the pod (it holds one GPU)"; return 1; }
+  "$kubectl" delete pod gpu-holder --wait=false >/dev/null
+}
+
+gfd_labels_per_node() {
+  local file=/etc/kubernetes/node-feature-discovery/features.d/nvshim labels
+  "$kubectl" -n nvshim wait --for=condition=Ready pod -l app.kubernetes.io/component=labels --timeout=120s >/dev/null ||
+    { "$kubectl" -n nvshim get pods -o wide; return 1; }
+  for _ in $(seq 1 60); do node_exec 1 test -s "$file" && node_exec 2 test -s "$file" && break; sleep 1; done
+  labels=$(node_exec 1 cat "$file") || return 1
+  grep -qx 'nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB' <<< "$labels" && grep -qx 'nvidia.com/gpu.count=4' <<< "$labels" ||
+    { echo "node 1's labels:"; echo "$labels"; return 1; }
+  labels=$(node_exec 2 cat "$file") || return 1
+  grep -qx 'nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3' <<< "$labels" && grep -qx 'nvidia.com/gpu.count=2' <<< "$labels" &&
+    grep -qx 'nvidia.com/gpu.compute.major=9' <<< "$labels" || { echo "node 2's labels:"; echo "$labels"; return 1; }
 }
 
 too_many_gpus() {

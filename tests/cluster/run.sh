@@ -56,6 +56,8 @@ case_ "pods on both nodes get the node's own GPU model" models_per_node
 case_ "image env NVIDIA_VISIBLE_DEVICES=all without a GPU limit sees no GPU" image_env_is_not_an_allocation
 case_ "nvidia.com/gpu: 1 with the image's NVIDIA_VISIBLE_DEVICES=all sees one GPU" one_gpu_not_all
 case_ "a pod asking for more GPUs than any node has stays Pending" too_many_gpus
+case_ "exporter: DCGM series name the GPU pod's namespace, pod and container" exporter_names_the_pod
+case_ "labels: each node's features.d file names its own GPUs" gfd_labels_per_node
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
 
 finish
