@@ -3,9 +3,12 @@
 //! every Kustomize overlay's (called from `kustomize.rs`, which renders them) — through
 //! `nvshim install`'s own flag parsing and resolution: what the toolkit image's entrypoint
 //! (`nvshim install`) makes of them, so a flag or variable the binary does not take, or a
-//! value it refuses, fails here and not on a node.
+//! value it refuses, fails here and not on a node. The chart's value sets render the
+//! installer both with its two `--accept-nvidia-visible-devices-*` flags (the default) and
+//! without them (`installer.acceptEnvvarWhenUnprivileged=true`), and each resolves to the
+//! config.toml keys it means.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -79,12 +82,18 @@ fn expected(values: &str) -> BTreeMap<&'static str, String> {
                 .unwrap_or("/")
                 .to_owned(),
         ),
+        // false: image env is not an allocation (the toolkit keys' non-default values).
+        (
+            "acceptEnvvarWhenUnprivileged",
+            installer["acceptEnvvarWhenUnprivileged"].to_string(),
+        ),
     ])
 }
 
 #[test]
 fn helm_installer_command_lines_parse_and_resolve_with_nvshim_install() {
     let mut checked = 0;
+    let mut modes = BTreeSet::new();
     for (case, values) in CASES {
         let docs = render(values).unwrap_or_else(|e| panic!("case {case}: {e}"));
         let Some(installer) = find(&docs, "DaemonSet", "nvshim-toolkit") else {
@@ -126,11 +135,32 @@ fn helm_installer_command_lines_parse_and_resolve_with_nvshim_install() {
         if engine == EngineKind::Crio {
             assert_eq!(settings.restart, RestartMode::Systemd, "case {case}");
         }
+        // config.toml's two keys: NVIDIA's defaults (env var yes, volume mounts no) when
+        // the values opt out, else the reverse.
+        let accept_envvar = match want["acceptEnvvarWhenUnprivileged"].as_str() {
+            "true" => true,
+            "false" => false,
+            other => panic!("case {case}: installer.acceptEnvvarWhenUnprivileged {other}"),
+        };
+        assert_eq!(
+            (
+                settings.accept_envvar_unprivileged,
+                settings.accept_volume_mounts
+            ),
+            (accept_envvar, !accept_envvar),
+            "case {case}"
+        );
+        modes.insert(accept_envvar);
         checked += 1;
     }
     assert!(
         checked >= 2,
         "only {checked} value sets render the installer"
+    );
+    assert_eq!(
+        modes,
+        BTreeSet::from([false, true]),
+        "the value sets render the installer both with and without the two flags"
     );
 
     // The check fails on a flag `nvshim install` does not take.

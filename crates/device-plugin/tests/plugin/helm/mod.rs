@@ -6,9 +6,11 @@
 //! every value its templates read present in values.yaml, the schema and the README.
 //!
 //! - `render`: value sets (defaults, labels and exporter with MIG, CRI-O with a driver
-//!   container, a config map of two configs, custom placement) through
-//!   `kubernetes-validate`; what the defaults deploy.
-//! - `values`: what each value set puts in the objects; values the chart refuses.
+//!   container, a config map of two configs, MPS sharing, NVIDIA's toolkit defaults,
+//!   custom placement) through `kubernetes-validate`; what the defaults deploy.
+//! - `values`: what each value set puts in the objects; image env as no allocation (and
+//!   its opt-outs); values the chart refuses.
+//! - `installer_args`: the installer's command lines through `nvshim install`.
 //! - `pod_env`: the rendered plugin, labels and exporter environments through their own
 //!   resolution code.
 //! - here: the schema and the documentation of the values.

@@ -133,6 +133,11 @@ fn helm_plugin_environment_resolves_to_the_values_given() {
 
     let defaults = resolve(case("defaults"), dir.path());
     assert_eq!(defaults.mig_strategy, MigStrategy::None);
+    // Image env is not an allocation: the plugin answers with volume mounts.
+    assert_eq!(
+        defaults.device_list_strategies,
+        [DeviceListStrategy::VolumeMounts]
+    );
     assert!(defaults.fail_on_init_error);
     assert_eq!(
         defaults.cdi_hook_path,
@@ -146,10 +151,24 @@ fn helm_plugin_environment_resolves_to_the_values_given() {
         mig.device_list_strategies,
         [
             DeviceListStrategy::CdiAnnotations,
-            DeviceListStrategy::Envvar
+            DeviceListStrategy::VolumeMounts
         ]
     );
     assert_eq!(mig.device_id_strategy, DeviceIdStrategy::Index);
+    // Where the env var counts, envvar is the plugin's to use, and its default.
+    let envvar = resolve(case("NVIDIA's toolkit defaults, envvar"), dir.path());
+    assert_eq!(
+        envvar.device_list_strategies,
+        [
+            DeviceListStrategy::CdiAnnotations,
+            DeviceListStrategy::Envvar
+        ]
+    );
+    let no_installer = resolve(case("custom placement, no installer"), dir.path());
+    assert_eq!(
+        no_installer.device_list_strategies,
+        [DeviceListStrategy::Envvar]
+    );
 
     let crio = resolve(case("CRI-O with a driver container"), dir.path());
     assert_eq!(crio.driver_root, Path::new("/run/nvidia/driver"));

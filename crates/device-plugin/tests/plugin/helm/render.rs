@@ -60,7 +60,7 @@ pub(crate) fn strings(v: &Value) -> Vec<&str> {
 }
 
 /// The value sets: (case, values over values.yaml).
-pub(crate) const CASES: [(&str, &str); 7] = [
+pub(crate) const CASES: [(&str, &str); 8] = [
     ("defaults", "{}"),
     (
         "labels, exporter and MIG",
@@ -73,7 +73,7 @@ exporter:
     DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
 migStrategy: single
 failOnInitError: false
-deviceListStrategy: cdi-annotations,envvar
+deviceListStrategy: cdi-annotations,volume-mounts
 deviceIDStrategy: index
 "#,
     ),
@@ -134,6 +134,25 @@ config:
           resources:
             - name: nvidia.com/gpu
               replicas: 4
+"#,
+    ),
+    (
+        // The env var counts again: NVIDIA's toolkit defaults, where envvar can allocate.
+        "NVIDIA's toolkit defaults, envvar",
+        r#"
+installer: {acceptEnvvarWhenUnprivileged: true}
+deviceListStrategy: cdi-annotations,envvar
+gfd: {enabled: true}
+exporter: {enabled: true}
+config:
+  map:
+    mps: |
+      version: v1
+      sharing:
+        mps:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 2
 "#,
     ),
     (
@@ -287,6 +306,9 @@ fn helm_defaults_install_the_toolkit_first_and_validate_through_the_runtime_clas
             "--restart-mode=signal",
             "--driver-root=/",
             "--ready-file=/run/nvidia/validations/toolkit-ready",
+            // Image env is not an allocation (values.rs checks what goes with it).
+            "--accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+            "--accept-nvidia-visible-devices-as-volume-mounts=true",
         ]
     );
     assert_eq!(
@@ -335,6 +357,7 @@ fn helm_defaults_install_the_toolkit_first_and_validate_through_the_runtime_clas
     let container = &spec["containers"][0];
     let plugin_env = env(container);
     assert_eq!(plugin_env["NVIDIA_VISIBLE_DEVICES"], "all");
+    assert_eq!(plugin_env["DEVICE_LIST_STRATEGY"], "volume-mounts");
     assert_eq!(
         plugin_env["NVIDIA_CDI_HOOK_PATH"],
         "/usr/local/nvidia/toolkit/nvidia-cdi-hook"

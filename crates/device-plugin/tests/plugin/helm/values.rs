@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! What each value set puts in the objects: NVIDIA's value names as NVIDIA's variables on
 //! the plugin and the labels, the installer's flags, the exporter's port and collectors,
-//! a config map's chosen file, placement on every pod; and the values the chart refuses,
-//! each by name.
+//! a config map's chosen file, placement on every pod; image env as no allocation (the
+//! installer's two toolkit flags, the plugin's volume-mounts default, every GPU pod of
+//! ours asking by a mount) unless the installer is off or the values opt out; and the
+//! values the chart refuses, each by name.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::render::{case, env, find, object, pod, render, strings};
 
@@ -17,7 +19,7 @@ fn helm_values_reach_the_plugin_labels_exporter_and_installer() {
     for (name, value) in [
         ("MIG_STRATEGY", "single"),
         ("FAIL_ON_INIT_ERROR", "false"),
-        ("DEVICE_LIST_STRATEGY", "cdi-annotations,envvar"),
+        ("DEVICE_LIST_STRATEGY", "cdi-annotations,volume-mounts"),
         ("DEVICE_ID_STRATEGY", "index"),
         ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
     ] {
@@ -91,6 +93,8 @@ fn helm_values_reach_the_plugin_labels_exporter_and_installer() {
             "--restart-mode=systemd",
             "--driver-root=/run/nvidia/driver",
             "--ready-file=/run/nvidia/validations/toolkit-ready",
+            "--accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+            "--accept-nvidia-visible-devices-as-volume-mounts=true",
             "--set-as-default",
             "--cdi-enabled",
             "--config=/etc/crio/crio.conf",
@@ -277,6 +281,190 @@ fn helm_mps_sharing_runs_the_control_daemon_on_mps_nodes() {
     assert!(find(&docs, "DaemonSet", "nvshim-mps-control-daemon").is_none());
 }
 
+/// Our own pods that run through the runtime with every GPU.
+const GPU_PODS: [(&str, &str); 5] = [
+    ("DaemonSet", "nvshim-device-plugin"),
+    ("DaemonSet", "nvshim-labels"),
+    ("DaemonSet", "nvshim-exporter"),
+    ("DaemonSet", "nvshim-mps-control-daemon"),
+    ("Job", "nvshim-validation-1"),
+];
+
+/// Values that deploy every one of [`GPU_PODS`]: labels, exporter, and a config with MPS
+/// sharing (the control daemon).
+const EVERY_GPU_POD: &str = r#"
+gfd: {enabled: true}
+exporter: {enabled: true}
+config:
+  map:
+    mps: |
+      version: v1
+      sharing:
+        mps:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 2
+"#;
+
+/// The installer's flags for "image env is not an allocation": config.toml's keys of the
+/// same names.
+const ALLOCATION_ONLY_ARGS: [&str; 2] = [
+    "--accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+    "--accept-nvidia-visible-devices-as-volume-mounts=true",
+];
+
+/// The mount that asks the runtime for every GPU the way the plugin's volume-mounts
+/// allocation does, and its volume.
+fn all_gpus_mount() -> Value {
+    json!({"name": "nvidia-all-gpus", "mountPath": "/var/run/nvidia-container-devices/all",
+           "readOnly": true})
+}
+
+fn all_gpus_volume() -> Value {
+    json!({"name": "nvidia-all-gpus", "hostPath": {"path": "/dev/null", "type": "CharDevice"}})
+}
+
+/// A pod's entries of a list (`volumes`, a container's `volumeMounts`) that touch the
+/// device request: named `nvidia-all-gpus`, at `/var/run/nvidia-container-devices`, or of
+/// `/dev/null`.
+fn device_request_entries(list: &Value) -> Vec<&Value> {
+    list.as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter(|e| {
+            e["name"] == "nvidia-all-gpus"
+                || e["mountPath"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/var/run/nvidia-container-devices"))
+                || e["hostPath"]["path"] == "/dev/null"
+        })
+        .collect()
+}
+
+#[test]
+fn helm_image_env_is_no_allocation_unless_the_installer_is_off_or_the_values_opt_out() {
+    for (mode, extra, allocation_only) in [
+        ("defaults", "", true),
+        (
+            "installer.acceptEnvvarWhenUnprivileged=true",
+            "installer: {acceptEnvvarWhenUnprivileged: true}\n",
+            false,
+        ),
+        (
+            "installer.enabled=false",
+            "installer: {enabled: false}\n",
+            false,
+        ),
+    ] {
+        let docs = render(&format!("{EVERY_GPU_POD}{extra}"))
+            .unwrap_or_else(|e| panic!("case {mode}: {e}"));
+
+        // The installer writes the two toolkit keys, or leaves NVIDIA's defaults.
+        let accept_args: Vec<&str> = find(&docs, "DaemonSet", "nvshim-toolkit")
+            .map(|ds| strings(&pod(ds)["containers"][0]["args"]))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.starts_with("--accept-"))
+            .collect();
+        let want: &[&str] = if allocation_only {
+            &ALLOCATION_ONLY_ARGS
+        } else {
+            &[]
+        };
+        assert_eq!(accept_args, want, "case {mode}");
+
+        // The plugin allocates by volume mounts, or by its own default (envvar).
+        let plugin = &pod(object(&docs, "DaemonSet", "nvshim-device-plugin"))["containers"][0];
+        assert_eq!(
+            env(plugin).get("DEVICE_LIST_STRATEGY").map(String::as_str),
+            allocation_only.then_some("volume-mounts"),
+            "case {mode}"
+        );
+
+        // Each GPU pod of ours asks for every GPU by a mount on its main container, and
+        // no other container (the readiness wait) does.
+        for (kind, name) in GPU_PODS {
+            let spec = pod(object(&docs, kind, name));
+            let (want_mounts, want_volumes) = if allocation_only {
+                (vec![all_gpus_mount()], vec![all_gpus_volume()])
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            assert_eq!(
+                device_request_entries(&spec["containers"][0]["volumeMounts"]),
+                want_mounts.iter().collect::<Vec<_>>(),
+                "case {mode} {name}"
+            );
+            assert_eq!(
+                device_request_entries(&spec["volumes"]),
+                want_volumes.iter().collect::<Vec<_>>(),
+                "case {mode} {name}"
+            );
+            for container in spec["initContainers"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+            {
+                assert_eq!(
+                    device_request_entries(&container["volumeMounts"]),
+                    Vec::<&Value>::new(),
+                    "case {mode} {name} {}",
+                    container["name"]
+                );
+            }
+        }
+        // The installer is no GPU pod: it gets no such mount.
+        if let Some(installer) = find(&docs, "DaemonSet", "nvshim-toolkit") {
+            let spec = pod(installer);
+            assert!(
+                device_request_entries(&spec["volumes"]).is_empty(),
+                "case {mode}"
+            );
+        }
+    }
+
+    // A strategy given wins over the volume-mounts default, and the pods keep their mount;
+    // envvar renders where the env var counts.
+    for (mode, values, strategy, allocation_only) in [
+        (
+            "defaults, cdi-cri",
+            "deviceListStrategy: cdi-cri",
+            "cdi-cri",
+            true,
+        ),
+        (
+            "defaults, volume-mounts and cdi-annotations",
+            "deviceListStrategy: volume-mounts,cdi-annotations",
+            "volume-mounts,cdi-annotations",
+            true,
+        ),
+        (
+            "acceptEnvvarWhenUnprivileged, envvar",
+            "installer: {acceptEnvvarWhenUnprivileged: true}\ndeviceListStrategy: envvar",
+            "envvar",
+            false,
+        ),
+        (
+            "no installer, envvar",
+            "installer: {enabled: false}\ndeviceListStrategy: envvar",
+            "envvar",
+            false,
+        ),
+    ] {
+        let docs = render(values).unwrap_or_else(|e| panic!("case {mode}: {e}"));
+        let spec = pod(object(&docs, "DaemonSet", "nvshim-device-plugin"));
+        assert_eq!(
+            env(&spec["containers"][0])["DEVICE_LIST_STRATEGY"],
+            strategy,
+            "case {mode}"
+        );
+        assert_eq!(
+            device_request_entries(&spec["volumes"]).len(),
+            usize::from(allocation_only),
+            "case {mode}"
+        );
+    }
+}
+
 #[test]
 fn helm_chart_refuses_contradictory_values_by_name() {
     for (case, values, message) in [
@@ -300,9 +488,31 @@ fn helm_chart_refuses_contradictory_values_by_name() {
             "namespaceOverride: default",
             "namespace \"default\" is refused",
         ),
+        // Image env is not an allocation: envvar could give no unprivileged pod a GPU.
+        (
+            "envvar with the defaults",
+            "deviceListStrategy: envvar",
+            "deviceListStrategy envvar: the runtime refuses NVIDIA_VISIBLE_DEVICES from \
+             unprivileged containers while installer.acceptEnvvarWhenUnprivileged is false",
+        ),
+        (
+            "envvar in a list, acceptEnvvarWhenUnprivileged=false given",
+            "deviceListStrategy: cdi-annotations,envvar\n\
+             installer: {acceptEnvvarWhenUnprivileged: false}",
+            "deviceListStrategy envvar",
+        ),
     ] {
         let err = render(values).expect_err(case);
         assert!(err.contains(message), "case {case}: {err}");
+        if case.starts_with("envvar") {
+            // The way out: the strategies that allocate then, or the opt-out.
+            for way_out in [
+                "valid then: volume-mounts, cdi-annotations, cdi-cri",
+                "or set installer.acceptEnvvarWhenUnprivileged=true",
+            ] {
+                assert!(err.contains(way_out), "case {case}: {err}");
+            }
+        }
     }
     // What those refusals allow.
     let docs = render("namespaceOverride: default\nallowDefaultNamespace: true").unwrap();
