@@ -199,7 +199,7 @@ an allocation counts (else empty: the plugin's default, envvar). envvar cannot a
 {{- if include "nvshim.allocationOnly" . }}
 {{- $strategy = $strategy | default "volume-mounts" }}
 {{- if has "envvar" (splitList "," $strategy) }}
-{{- fail "deviceListStrategy envvar: the runtime refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers while installer.acceptEnvvarWhenUnprivileged is false (valid then: volume-mounts, cdi-annotations, cdi-cri; or set installer.acceptEnvvarWhenUnprivileged=true)" }}
+{{- fail (printf "deviceListStrategy %q lists envvar: the runtime refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers while installer.acceptEnvvarWhenUnprivileged is false (valid then: volume-mounts, cdi-annotations, cdi-cri; or set installer.acceptEnvvarWhenUnprivileged=true)" $strategy) }}
 {{- end }}
 {{- end }}
 {{- $strategy -}}

@@ -492,14 +492,15 @@ fn helm_chart_refuses_contradictory_values_by_name() {
         (
             "envvar with the defaults",
             "deviceListStrategy: envvar",
-            "deviceListStrategy envvar: the runtime refuses NVIDIA_VISIBLE_DEVICES from \
-             unprivileged containers while installer.acceptEnvvarWhenUnprivileged is false",
+            "deviceListStrategy \"envvar\" lists envvar: the runtime refuses \
+             NVIDIA_VISIBLE_DEVICES from unprivileged containers while \
+             installer.acceptEnvvarWhenUnprivileged is false",
         ),
         (
             "envvar in a list, acceptEnvvarWhenUnprivileged=false given",
             "deviceListStrategy: cdi-annotations,envvar\n\
              installer: {acceptEnvvarWhenUnprivileged: false}",
-            "deviceListStrategy envvar",
+            "deviceListStrategy \"cdi-annotations,envvar\" lists envvar",
         ),
     ] {
         let err = render(values).expect_err(case);
