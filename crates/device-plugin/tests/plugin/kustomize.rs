@@ -8,19 +8,41 @@
 //! container waiting for the installer's ready file and the `nvidia` runtime class in
 //! every GPU workload, the validation
 //! Job through the `nvidia` runtime class, the SCC grant covering every pod that needs
-//! it, and the components' containers equal to the loose manifests' in `deployments/`.
+//! it, and the components' containers equal to the loose manifests' in `deployments/`
+//! but for what makes image env no allocation: the installer's two
+//! `--accept-nvidia-visible-devices-*` flags, the plugin's `DEVICE_LIST_STRATEGY`
+//! (`volume-mounts`, through the plugin's own resolution) and every GPU pod's `/dev/null`
+//! mount at `/var/run/nvidia-container-devices/all`. The opt-out that docs/kustomize.md
+//! gives renders NVIDIA's toolkit defaults.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::manifests::run;
 
+use nvshim::request::{VOLUME_MOUNT_ROOT, VOLUME_MOUNT_SOURCE};
+use nvshim_device_plugin::config::{self, DeviceListStrategy, PluginArgs};
 use serde_json::{Value, json};
 
 const READY_FILE: &str = "/run/nvidia/validations/toolkit-ready";
 const NAMESPACE: &str = "nvshim";
+
+/// The installer's flags that make image env no allocation: the runtime ignores an
+/// unprivileged container's `NVIDIA_VISIBLE_DEVICES` and takes volume mounts instead.
+const ALLOCATION_ONLY_FLAGS: [&str; 2] = [
+    "--accept-nvidia-visible-devices-envvar-when-unprivileged=false",
+    "--accept-nvidia-visible-devices-as-volume-mounts=true",
+];
+/// The volume (and mount) by which our own GPU pods ask for every GPU.
+const ALL_GPUS_VOLUME: &str = "nvidia-all-gpus";
+const PLUGIN: &str = "nvidia-device-plugin-daemonset";
+
+/// The path an allocation of every GPU mounts `/dev/null` at.
+fn all_gpus_path() -> String {
+    format!("{VOLUME_MOUNT_ROOT}/all")
+}
 
 fn deployments() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deployments")
@@ -166,6 +188,25 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
             settings.engine, settings.daemon
         ));
     }
+    // Image env is not an allocation: both flags, and what `nvshim install` makes of them.
+    let missing: Vec<&&str> = ALLOCATION_ONLY_FLAGS
+        .iter()
+        .filter(|f| !args.contains(f))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("installer args {args:?}: no {missing:?}"));
+    }
+    if (
+        settings.accept_envvar_unprivileged,
+        settings.accept_volume_mounts,
+    ) != (false, true)
+    {
+        return Err(format!(
+            "installer accepts the env var when unprivileged: {}, volume mounts: {}; \
+             want false and true",
+            settings.accept_envvar_unprivileged, settings.accept_volume_mounts
+        ));
+    }
     let rolling = &installer["spec"]["updateStrategy"]["rollingUpdate"];
     if (&rolling["maxSurge"], &rolling["maxUnavailable"]) != (&json!(1), &json!(0)) {
         return Err(format!(
@@ -179,12 +220,7 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
         .filter(|d| waits_for_toolkit(pod(d)))
         .filter_map(|d| d["metadata"]["name"].as_str())
         .collect();
-    let want: BTreeSet<&str> = [
-        "nvidia-device-plugin-daemonset",
-        "nvshim-labels",
-        "nvshim-exporter",
-    ]
-    .into();
+    let want: BTreeSet<&str> = [PLUGIN, "nvshim-labels", "nvshim-exporter"].into();
     if waiting != want {
         return Err(format!(
             "DaemonSets waiting for {READY_FILE}: {waiting:?}, want {want:?}"
@@ -201,8 +237,22 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
         }
     }
 
+    // The plugin answers Allocate with volume mounts, the request the runtime takes.
+    let strategies = plugin_strategies(&pod(named(docs, "DaemonSet", PLUGIN)?)["containers"][0])?;
+    if strategies != [DeviceListStrategy::VolumeMounts] {
+        return Err(format!(
+            "{PLUGIN}: DEVICE_LIST_STRATEGY resolves to {strategies:?}, want [VolumeMounts]"
+        ));
+    }
+
     let job = named(docs, "Job", "nvshim-validation")?;
     let jpod = pod(job);
+    // Every GPU pod of ours asks for every GPU the way an allocation does.
+    for name in &want {
+        asks_for_every_gpu(pod(named(docs, "DaemonSet", name)?))
+            .map_err(|e| format!("DaemonSet {name}: {e}"))?;
+    }
+    asks_for_every_gpu(jpod).map_err(|e| format!("validation Job: {e}"))?;
     if jpod["runtimeClassName"] != "nvidia" {
         return Err(format!(
             "validation Job: runtimeClassName {}",
@@ -258,6 +308,59 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
         return Err(format!("an SCC grant outside OpenShift: {granted:?}"));
     }
     Ok(())
+}
+
+/// The plugin container's `DEVICE_LIST_STRATEGY` as the plugin resolves its environment
+/// (entries from the downward API left out).
+fn plugin_strategies(container: &Value) -> Result<Vec<DeviceListStrategy>, String> {
+    let env: BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    let lookup = |name: &str| env.get(name).map(|v| (*v).to_owned());
+    config::resolve(&PluginArgs::default(), &lookup)
+        .map(|settings| settings.device_list_strategies)
+        .map_err(|e| format!("{PLUGIN}: the plugin refuses its environment {env:?}: {e}"))
+}
+
+/// `Ok` when every container of `pod` mounts the `nvidia-all-gpus` volume read-only at
+/// `/var/run/nvidia-container-devices/all`, that volume is the host's `/dev/null` (the
+/// runtime counts no other source), and no init container mounts it (they need no GPU).
+fn asks_for_every_gpu(pod: &Value) -> Result<(), String> {
+    let path = all_gpus_path();
+    let want = json!({"name": ALL_GPUS_VOLUME, "mountPath": path, "readOnly": true});
+    for container in pod["containers"].as_array().into_iter().flatten() {
+        let mounts = container["volumeMounts"].as_array();
+        if !mounts.is_some_and(|m| m.contains(&want)) {
+            return Err(format!(
+                "container {} does not mount {ALL_GPUS_VOLUME} read-only at {path}",
+                container["name"]
+            ));
+        }
+    }
+    for init in pod["initContainers"].as_array().into_iter().flatten() {
+        let mounts = init["volumeMounts"].as_array().into_iter().flatten();
+        if mounts.into_iter().any(|m| m["name"] == ALL_GPUS_VOLUME) {
+            return Err(format!(
+                "init container {} mounts {ALL_GPUS_VOLUME}",
+                init["name"]
+            ));
+        }
+    }
+    let volume = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == ALL_GPUS_VOLUME);
+    let want = json!({"path": VOLUME_MOUNT_SOURCE, "type": "CharDevice"});
+    match volume {
+        Some(v) if v["hostPath"] == want && v.as_object().is_some_and(|o| o.len() == 2) => Ok(()),
+        other => Err(format!(
+            "volume {ALL_GPUS_VOLUME} is {other:?}, want hostPath {want}"
+        )),
+    }
 }
 
 /// The service accounts bound to a Role that allows `use` of the `privileged` SCC.
@@ -325,8 +428,11 @@ fn every_kustomize_overlay_renders_validates_and_orders_the_pieces() {
     // The checks fail on a broken tree: a copy without the plugin's init container, with
     // a field the schema refuses, with CRI-O's installer configuring containerd, with the
     // exporter's account left out of the SCC grant, with the labeller on another runtime
-    // class.
-    let breaks: [(&str, &str, &str, &str); 5] = [
+    // class, with the installer's runtime refusing volume mounts, with the plugin on the
+    // envvar strategy, with the exporter's every-GPU mount elsewhere, with the validation
+    // pod's every-GPU volume from another device, with the validation pod's account left
+    // out of the SCC grant.
+    let breaks: [(&str, &str, &str, &str); 10] = [
         (
             "overlays/crio/kustomization.yaml",
             "value: --runtime=crio",
@@ -357,6 +463,36 @@ fn every_kustomize_overlay_renders_validates_and_orders_the_pieces() {
             "containerPort: metrics",
             "ERROR",
         ),
+        (
+            "components/installer/installer.yaml",
+            "- --accept-nvidia-visible-devices-as-volume-mounts=true",
+            "- --accept-nvidia-visible-devices-as-volume-mounts=false",
+            "no [\"--accept-nvidia-visible-devices-as-volume-mounts=true\"]",
+        ),
+        (
+            "components/device-plugin/device-plugin.yaml",
+            "value: volume-mounts",
+            "value: envvar",
+            "DEVICE_LIST_STRATEGY resolves to [Envvar]",
+        ),
+        (
+            "components/exporter/exporter.yaml",
+            "mountPath: /var/run/nvidia-container-devices/all",
+            "mountPath: /var/run/nvidia-container-devices/0",
+            "DaemonSet nvshim-exporter: container \"nvshim-exporter\" does not mount",
+        ),
+        (
+            "components/validation/validation.yaml",
+            "path: /dev/null",
+            "path: /dev/zero",
+            "validation Job: volume nvidia-all-gpus",
+        ),
+        (
+            "overlays/openshift/privileged-scc.yaml",
+            "name: nvshim-validation",
+            "name: nvshim-validation-typo",
+            "not granted the privileged SCC: [\"nvshim-validation\"]",
+        ),
     ];
     for (file, from, to, expected) in breaks {
         let copy = tempfile::tempdir().unwrap();
@@ -384,14 +520,18 @@ fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// The components run the loose manifests' containers, tolerations and priority: one
-/// definition of each workload, whichever way it is deployed.
+/// definition of each workload, whichever way it is deployed. The loose manifests run
+/// on a toolkit with NVIDIA's defaults (no installer of ours), where the env var is
+/// the request and volume mounts are ignored; so the components' containers equal
+/// theirs once the every-GPU mount (and the plugin's `DEVICE_LIST_STRATEGY`) is taken
+/// out, and each container has it to take out.
 #[test]
 fn the_components_run_the_loose_manifests_containers() {
     let tree = deployments().join("kustomize");
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(&render(&tree, "overlays/containerd")).unwrap();
     for (file, name) in [
-        ("nvidia-device-plugin.yml", "nvidia-device-plugin-daemonset"),
+        ("nvidia-device-plugin.yml", PLUGIN),
         ("nvshim-labels-nodefeature.yml", "nvshim-labels"),
         ("nvshim-exporter.yml", "nvshim-exporter"),
     ] {
@@ -400,8 +540,142 @@ fn the_components_run_the_loose_manifests_containers() {
                 .unwrap();
         let loose = pod(named(&loose, "DaemonSet", name).unwrap());
         let ours = pod(named(&docs, "DaemonSet", name).unwrap());
-        for key in ["containers", "tolerations", "priorityClassName", "affinity"] {
+        assert_eq!(
+            allocation_neutral(&ours["containers"], name == PLUGIN),
+            Ok(loose["containers"].clone()),
+            "case {file} containers"
+        );
+        for key in ["tolerations", "priorityClassName", "affinity"] {
             assert_eq!(ours[key], loose[key], "case {file} {key}");
         }
+    }
+}
+
+/// `containers` without the every-GPU mount (an emptied `volumeMounts` goes too) and,
+/// with `plugin`, without `DEVICE_LIST_STRATEGY=volume-mounts`; `Err` names a container
+/// that lacks one of them.
+fn allocation_neutral(containers: &Value, plugin: bool) -> Result<Value, String> {
+    let mut containers = containers.clone();
+    let strategy = json!({"name": config::ENV_DEVICE_LIST_STRATEGY, "value": "volume-mounts"});
+    for c in containers.as_array_mut().into_iter().flatten() {
+        let name = c["name"].to_string();
+        let obj = c.as_object_mut().ok_or(format!("container {name}"))?;
+        let mounts = obj
+            .get_mut("volumeMounts")
+            .and_then(Value::as_array_mut)
+            .ok_or(format!("container {name}: no volumeMounts"))?;
+        let before = mounts.len();
+        mounts.retain(|m| m["name"] != ALL_GPUS_VOLUME);
+        if mounts.len() + 1 != before {
+            return Err(format!(
+                "container {name}: no single {ALL_GPUS_VOLUME} mount"
+            ));
+        }
+        if mounts.is_empty() {
+            obj.remove("volumeMounts");
+        }
+        if plugin {
+            let env = obj
+                .get_mut("env")
+                .and_then(Value::as_array_mut)
+                .ok_or(format!("container {name}: no env"))?;
+            let before = env.len();
+            env.retain(|e| *e != strategy);
+            if env.len() + 1 != before {
+                return Err(format!("container {name}: no {strategy}"));
+            }
+        }
+    }
+    Ok(containers)
+}
+
+/// The patches docs/kustomize.md gives to opt out (NVIDIA's toolkit defaults: the env
+/// var counts, volume mounts do not, the plugin on its default strategy), verbatim.
+const OPT_OUT: &str = "\
+patches:
+  - target: {kind: DaemonSet, name: nvshim-installer}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/args/4
+        value: --accept-nvidia-visible-devices-envvar-when-unprivileged=false
+      - op: remove
+        path: /spec/template/spec/containers/0/args/4
+      - op: test
+        path: /spec/template/spec/containers/0/args/4
+        value: --accept-nvidia-visible-devices-as-volume-mounts=true
+      - op: remove
+        path: /spec/template/spec/containers/0/args/4
+  - target: {kind: DaemonSet, name: nvidia-device-plugin-daemonset}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/env/0/name
+        value: DEVICE_LIST_STRATEGY
+      - op: remove
+        path: /spec/template/spec/containers/0/env/0
+";
+
+#[test]
+fn the_documented_opt_out_renders_nvidias_toolkit_defaults() {
+    let doc = fs::read_to_string(deployments().join("../docs/kustomize.md")).unwrap();
+    assert!(doc.contains(OPT_OUT), "docs/kustomize.md lacks:\n{OPT_OUT}");
+
+    let tree = deployments().join("kustomize");
+    for (overlay, _) in OVERLAYS {
+        // An overlay next to the overlay it changes, as the document puts it.
+        let copy = tempfile::tempdir().unwrap();
+        copy_tree(&tree, copy.path());
+        let base = overlay.trim_start_matches("overlays/");
+        let opt_out = format!("overlays/{base}-envvar");
+        let dir = copy.path().join(&opt_out);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                 resources:\n  - ../{base}\n{OPT_OUT}"
+            ),
+        )
+        .unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&render(copy.path(), &opt_out)).unwrap();
+        let default: Vec<Value> = serde_saphyr::from_multiple(&render(&tree, overlay)).unwrap();
+
+        let installer =
+            &pod(named(&docs, "DaemonSet", "nvshim-installer").unwrap())["containers"][0];
+        let settings = crate::helm::installer_args::resolve(installer)
+            .unwrap_or_else(|e| panic!("case {overlay}: {e}"));
+        assert_eq!(
+            (
+                settings.accept_envvar_unprivileged,
+                settings.accept_volume_mounts
+            ),
+            (true, false),
+            "case {overlay}"
+        );
+        let plugin = &pod(named(&docs, "DaemonSet", PLUGIN).unwrap())["containers"][0];
+        assert_eq!(
+            plugin_strategies(plugin),
+            Ok(vec![DeviceListStrategy::Envvar]),
+            "case {overlay}"
+        );
+        // Nothing else changes: the default with the flags and the variable taken out.
+        let mut want = default;
+        for doc in &mut want {
+            let container = "/spec/template/spec/containers/0";
+            if doc["kind"] != "DaemonSet" {
+                continue;
+            }
+            if doc["metadata"]["name"] == "nvshim-installer" {
+                let args = doc.pointer_mut(&format!("{container}/args"));
+                if let Some(args) = args.and_then(Value::as_array_mut) {
+                    args.retain(|a| !ALLOCATION_ONLY_FLAGS.iter().any(|f| a == f));
+                }
+            } else if doc["metadata"]["name"] == PLUGIN {
+                let env = doc.pointer_mut(&format!("{container}/env"));
+                if let Some(env) = env.and_then(Value::as_array_mut) {
+                    env.retain(|e| e["name"] != config::ENV_DEVICE_LIST_STRATEGY);
+                }
+            }
+        }
+        assert_eq!(docs, want, "case {overlay}");
     }
 }

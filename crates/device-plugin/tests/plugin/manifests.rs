@@ -2,7 +2,9 @@
 //! Every manifest in `deployments/` through tools we did not write: `kubernetes-validate
 //! --strict` (Kubernetes' OpenAPI schemas, offline; unknown fields are errors) and
 //! `kubectl kustomize` (all of them as one kustomization). Then the exporter's DaemonSet
-//! (`nvshim-exporter.yml`) against dcgm-exporter's manifest shape and our plugin's.
+//! (`nvshim-exporter.yml`) against dcgm-exporter's manifest shape and our plugin's, and
+//! every manifest on NVIDIA's env-var requests (they run on a toolkit with NVIDIA's
+//! defaults, not behind our installer).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -223,4 +225,43 @@ fn the_exporter_daemonset_has_dcgm_exporters_shape() {
             .any(|l| l.starts_with("COPY ") && l.ends_with(" /usr/bin/nvshim")),
         "deployments/Dockerfile does not install /usr/bin/nvshim"
     );
+}
+
+/// The loose manifests run without our installer, on nodes whose toolkit keeps NVIDIA's
+/// defaults: the image's `NVIDIA_VISIBLE_DEVICES` is the request and volume mounts are
+/// ignored. So none of them asks for GPUs by a mount under
+/// `/var/run/nvidia-container-devices` or sets `DEVICE_LIST_STRATEGY` to `volume-mounts`
+/// (an allocation would then reach no container); the Kustomize components add both, with
+/// the installer flags that make the runtime read them (docs/kustomize.md).
+#[test]
+fn the_loose_manifests_keep_nvidias_env_var_requests() {
+    let root = nvshim::request::VOLUME_MOUNT_ROOT;
+    let mut containers = 0;
+    for file in manifest_files() {
+        let name = file.file_name().unwrap().to_str().unwrap().to_owned();
+        for doc in documents(&name) {
+            let spec = &doc["spec"]["template"]["spec"];
+            let all = ["containers", "initContainers"]
+                .into_iter()
+                .flat_map(|key| spec[key].as_array().into_iter().flatten());
+            for c in all {
+                containers += 1;
+                let mounts = c["volumeMounts"].as_array().into_iter().flatten();
+                for m in mounts {
+                    let path = m["mountPath"].as_str().unwrap_or("");
+                    assert!(!path.starts_with(root), "case {name}: {c}");
+                }
+                let env = c["env"].as_array().into_iter().flatten();
+                for e in env {
+                    let strategy = e["name"] == "DEVICE_LIST_STRATEGY";
+                    let value = e["value"].as_str().unwrap_or("");
+                    assert!(
+                        !(strategy && value.contains("volume-mounts")),
+                        "case {name}: {c}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(containers >= 5, "{containers} containers");
 }
