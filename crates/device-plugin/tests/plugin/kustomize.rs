@@ -31,32 +31,32 @@ const NAMESPACE: &str = "nvshim";
 
 /// The installer's flags that make image env no allocation: the runtime ignores an
 /// unprivileged container's `NVIDIA_VISIBLE_DEVICES` and takes volume mounts instead.
-const ALLOCATION_ONLY_FLAGS: [&str; 2] = [
+pub(crate) const ALLOCATION_ONLY_FLAGS: [&str; 2] = [
     "--accept-nvidia-visible-devices-envvar-when-unprivileged=false",
     "--accept-nvidia-visible-devices-as-volume-mounts=true",
 ];
 /// The volume (and mount) by which our own GPU pods ask for every GPU.
-const ALL_GPUS_VOLUME: &str = "nvidia-all-gpus";
-const PLUGIN: &str = "nvidia-device-plugin-daemonset";
+pub(crate) const ALL_GPUS_VOLUME: &str = "nvidia-all-gpus";
+pub(crate) const PLUGIN: &str = "nvidia-device-plugin-daemonset";
 
 /// The path an allocation of every GPU mounts `/dev/null` at.
 fn all_gpus_path() -> String {
     format!("{VOLUME_MOUNT_ROOT}/all")
 }
 
-fn deployments() -> PathBuf {
+pub(crate) fn deployments() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deployments")
 }
 
 /// `(overlay directory under deployments/kustomize, the engine its installer configures)`.
-const OVERLAYS: [(&str, &str); 3] = [
+pub(crate) const OVERLAYS: [(&str, &str); 3] = [
     ("overlays/containerd", "containerd"),
     ("overlays/crio", "crio"),
     ("overlays/openshift", "crio"),
 ];
 
 /// `kubectl kustomize <tree>/<dir>`.
-fn render(tree: &Path, dir: &str) -> String {
+pub(crate) fn render(tree: &Path, dir: &str) -> String {
     let (ok, text) = run(
         Command::new("kubectl").arg("kustomize").arg(tree.join(dir)),
         "kubectl",
@@ -85,13 +85,13 @@ fn by_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
-fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> Result<&'a Value, String> {
+pub(crate) fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> Result<&'a Value, String> {
     docs.iter()
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
         .ok_or_else(|| format!("no {kind} {name}"))
 }
 
-fn pod(workload: &Value) -> &Value {
+pub(crate) fn pod(workload: &Value) -> &Value {
     &workload["spec"]["template"]["spec"]
 }
 
@@ -312,7 +312,7 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
 
 /// The plugin container's `DEVICE_LIST_STRATEGY` as the plugin resolves its environment
 /// (entries from the downward API left out).
-fn plugin_strategies(container: &Value) -> Result<Vec<DeviceListStrategy>, String> {
+pub(crate) fn plugin_strategies(container: &Value) -> Result<Vec<DeviceListStrategy>, String> {
     let env: BTreeMap<&str, &str> = container["env"]
         .as_array()
         .into_iter()
@@ -506,7 +506,7 @@ fn every_kustomize_overlay_renders_validates_and_orders_the_pieces() {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     for entry in fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let target = to.join(entry.file_name());
@@ -516,166 +516,5 @@ fn copy_tree(from: &Path, to: &Path) {
         } else {
             fs::copy(entry.path(), &target).unwrap();
         }
-    }
-}
-
-/// The components run the loose manifests' containers, tolerations and priority: one
-/// definition of each workload, whichever way it is deployed. The loose manifests run
-/// on a toolkit with NVIDIA's defaults (no installer of ours), where the env var is
-/// the request and volume mounts are ignored; so the components' containers equal
-/// theirs once the every-GPU mount (and the plugin's `DEVICE_LIST_STRATEGY`) is taken
-/// out, and each container has it to take out.
-#[test]
-fn the_components_run_the_loose_manifests_containers() {
-    let tree = deployments().join("kustomize");
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&render(&tree, "overlays/containerd")).unwrap();
-    for (file, name) in [
-        ("nvidia-device-plugin.yml", PLUGIN),
-        ("nvshim-labels-nodefeature.yml", "nvshim-labels"),
-        ("nvshim-exporter.yml", "nvshim-exporter"),
-    ] {
-        let loose: Vec<Value> =
-            serde_saphyr::from_multiple(&fs::read_to_string(deployments().join(file)).unwrap())
-                .unwrap();
-        let loose = pod(named(&loose, "DaemonSet", name).unwrap());
-        let ours = pod(named(&docs, "DaemonSet", name).unwrap());
-        assert_eq!(
-            allocation_neutral(&ours["containers"], name == PLUGIN),
-            Ok(loose["containers"].clone()),
-            "case {file} containers"
-        );
-        for key in ["tolerations", "priorityClassName", "affinity"] {
-            assert_eq!(ours[key], loose[key], "case {file} {key}");
-        }
-    }
-}
-
-/// `containers` without the every-GPU mount (an emptied `volumeMounts` goes too) and,
-/// with `plugin`, without `DEVICE_LIST_STRATEGY=volume-mounts`; `Err` names a container
-/// that lacks one of them.
-fn allocation_neutral(containers: &Value, plugin: bool) -> Result<Value, String> {
-    let mut containers = containers.clone();
-    let strategy = json!({"name": config::ENV_DEVICE_LIST_STRATEGY, "value": "volume-mounts"});
-    for c in containers.as_array_mut().into_iter().flatten() {
-        let name = c["name"].to_string();
-        let obj = c.as_object_mut().ok_or(format!("container {name}"))?;
-        let mounts = obj
-            .get_mut("volumeMounts")
-            .and_then(Value::as_array_mut)
-            .ok_or(format!("container {name}: no volumeMounts"))?;
-        let before = mounts.len();
-        mounts.retain(|m| m["name"] != ALL_GPUS_VOLUME);
-        if mounts.len() + 1 != before {
-            return Err(format!(
-                "container {name}: no single {ALL_GPUS_VOLUME} mount"
-            ));
-        }
-        if mounts.is_empty() {
-            obj.remove("volumeMounts");
-        }
-        if plugin {
-            let env = obj
-                .get_mut("env")
-                .and_then(Value::as_array_mut)
-                .ok_or(format!("container {name}: no env"))?;
-            let before = env.len();
-            env.retain(|e| *e != strategy);
-            if env.len() + 1 != before {
-                return Err(format!("container {name}: no {strategy}"));
-            }
-        }
-    }
-    Ok(containers)
-}
-
-/// The patches docs/kustomize.md gives to opt out (NVIDIA's toolkit defaults: the env
-/// var counts, volume mounts do not, the plugin on its default strategy), verbatim.
-const OPT_OUT: &str = "\
-patches:
-  - target: {kind: DaemonSet, name: nvshim-installer}
-    patch: |-
-      - op: test
-        path: /spec/template/spec/containers/0/args/4
-        value: --accept-nvidia-visible-devices-envvar-when-unprivileged=false
-      - op: remove
-        path: /spec/template/spec/containers/0/args/4
-      - op: test
-        path: /spec/template/spec/containers/0/args/4
-        value: --accept-nvidia-visible-devices-as-volume-mounts=true
-      - op: remove
-        path: /spec/template/spec/containers/0/args/4
-  - target: {kind: DaemonSet, name: nvidia-device-plugin-daemonset}
-    patch: |-
-      - op: test
-        path: /spec/template/spec/containers/0/env/0/name
-        value: DEVICE_LIST_STRATEGY
-      - op: remove
-        path: /spec/template/spec/containers/0/env/0
-";
-
-#[test]
-fn the_documented_opt_out_renders_nvidias_toolkit_defaults() {
-    let doc = fs::read_to_string(deployments().join("../docs/kustomize.md")).unwrap();
-    assert!(doc.contains(OPT_OUT), "docs/kustomize.md lacks:\n{OPT_OUT}");
-
-    let tree = deployments().join("kustomize");
-    for (overlay, _) in OVERLAYS {
-        // An overlay next to the overlay it changes, as the document puts it.
-        let copy = tempfile::tempdir().unwrap();
-        copy_tree(&tree, copy.path());
-        let base = overlay.trim_start_matches("overlays/");
-        let opt_out = format!("overlays/{base}-envvar");
-        let dir = copy.path().join(&opt_out);
-        fs::create_dir_all(&dir).unwrap();
-        fs::write(
-            dir.join("kustomization.yaml"),
-            format!(
-                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-                 resources:\n  - ../{base}\n{OPT_OUT}"
-            ),
-        )
-        .unwrap();
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&render(copy.path(), &opt_out)).unwrap();
-        let default: Vec<Value> = serde_saphyr::from_multiple(&render(&tree, overlay)).unwrap();
-
-        let installer =
-            &pod(named(&docs, "DaemonSet", "nvshim-installer").unwrap())["containers"][0];
-        let settings = crate::helm::installer_args::resolve(installer)
-            .unwrap_or_else(|e| panic!("case {overlay}: {e}"));
-        assert_eq!(
-            (
-                settings.accept_envvar_unprivileged,
-                settings.accept_volume_mounts
-            ),
-            (true, false),
-            "case {overlay}"
-        );
-        let plugin = &pod(named(&docs, "DaemonSet", PLUGIN).unwrap())["containers"][0];
-        assert_eq!(
-            plugin_strategies(plugin),
-            Ok(vec![DeviceListStrategy::Envvar]),
-            "case {overlay}"
-        );
-        // Nothing else changes: the default with the flags and the variable taken out.
-        let mut want = default;
-        for doc in &mut want {
-            let container = "/spec/template/spec/containers/0";
-            if doc["kind"] != "DaemonSet" {
-                continue;
-            }
-            if doc["metadata"]["name"] == "nvshim-installer" {
-                let args = doc.pointer_mut(&format!("{container}/args"));
-                if let Some(args) = args.and_then(Value::as_array_mut) {
-                    args.retain(|a| !ALLOCATION_ONLY_FLAGS.iter().any(|f| a == f));
-                }
-            } else if doc["metadata"]["name"] == PLUGIN {
-                let env = doc.pointer_mut(&format!("{container}/env"));
-                if let Some(env) = env.and_then(Value::as_array_mut) {
-                    env.retain(|e| e["name"] != config::ENV_DEVICE_LIST_STRATEGY);
-                }
-            }
-        }
-        assert_eq!(docs, want, "case {overlay}");
     }
 }

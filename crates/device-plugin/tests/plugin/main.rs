@@ -16,6 +16,7 @@
 //! http2         the :authority fix against h2's decoder
 //! kubelet       a real kubelet and containerd
 //! kustomize     deployments/kustomize/: every overlay rendered, validated and checked
+//! kustomize_image_env  the components against the loose manifests; the documented opt-out
 //! manifests     deployments/*.yml through kubernetes-validate and kustomize; the exporter's
 //! metrics       /metrics on a simulated node
 //! mps           MPS sharing with the real binary
@@ -41,6 +42,7 @@ mod helm;
 mod http2;
 mod kubelet;
 mod kustomize;
+mod kustomize_image_env;
 mod manifests;
 mod metrics;
 mod metrics_dcgm;
