@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: all build release static-runtime package package-arm64 demo test test-arm64 lint bench clean \
-	peers cluster cluster-down test-cluster
+	peers cluster cluster-down test-cluster bench-cluster
 
 all: build
 
@@ -92,6 +92,11 @@ cluster-down:
 # After `make test` (CI runs it): the end-to-end tests on a live cluster (tests/cluster/).
 test-cluster:
 	bash tests/cluster/run.sh
+
+# Pod start latency on the live cluster, a GPU pod against a CPU pod (ROUNDS, default 50): a
+# table for docs/benchmarks.md. Uses the cluster of `make cluster`, or brings up one node.
+bench-cluster:
+	bash scripts/cluster/bench-pods.sh
 
 # After `make test` (CI runs both): the four binaries for aarch64 (Debian's rustc-web and
 # cross toolchain, `.ci/run` installs them), the arm64 packages and their test, and the

@@ -42,6 +42,9 @@ case $runtime in
 esac
 case $install in helm|kustomize|none) ;; *) fail "CLUSTER_INSTALL=$install: valid values are helm, kustomize and none" ;; esac
 [ ! -e "$dir/cluster.env" ] || fail "a cluster is up in $dir already (make cluster-down first)"
+# One cluster at a time: the bridge and the addresses are fixed.
+! ip link show nvshim0 >/dev/null 2>&1 ||
+  fail "another cluster holds the bridge nvshim0 (NVSHIM_CLUSTER_DIR=<its directory> make cluster-down)"
 for tool in ip unshare nsenter openssl gcc ldd busybox sha256sum; do
   command -v "$tool" >/dev/null || fail "$tool is not on PATH (scripts/cluster-prereqs.sh installs what the cluster needs)"
 done

@@ -191,11 +191,28 @@ too_many_gpus() {
 }
 
 helm_uninstall() {
-  local n
   "$helm" uninstall nvshim -n nvshim --wait --timeout 180s || return 1
   # The DaemonSets' pods go after their owners: the installers undo the install on SIGTERM.
-  "$kubectl" -n nvshim wait --for=delete pod -l app.kubernetes.io/component=toolkit --timeout=150s ||
-    { "$kubectl" -n nvshim get pods; return 1; }
+  "$kubectl" -n nvshim wait --for=delete pod --all --timeout=150s || { "$kubectl" -n nvshim get pods; return 1; }
+  nodes_as_before
+}
+
+kustomize_install() {
+  bash scripts/cluster/install.sh kustomize "$dir" "$tag" || return 1
+  "$kubectl" -n nvshim wait --for=condition=complete job/nvshim-validation --timeout=120s ||
+    { "$kubectl" -n nvshim logs job/nvshim-validation | tail -n 20; return 1; }
+  two_gpus && image_env_is_not_an_allocation
+}
+
+kustomize_delete() {
+  "$kubectl" delete -f "$dir/kustomize/rendered.yaml" --wait=true --timeout=180s >/dev/null || return 1
+  "$kubectl" wait --for=delete namespace/nvshim --timeout=150s || { "$kubectl" -n nvshim get pods; return 1; }
+  nodes_as_before
+}
+
+# Each node's containerd config.toml byte-identical to before the install, no drop-in, no toolkit.
+nodes_as_before() {
+  local n
   for n in 1 2; do
     [ -f "$dir/config.toml.before-$n" ] || continue
     node_exec "$n" cat /etc/containerd/config.toml > "$dir/config.toml.after-$n"

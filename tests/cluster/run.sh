@@ -59,5 +59,7 @@ case_ "a pod asking for more GPUs than any node has stays Pending" too_many_gpus
 case_ "exporter: DCGM series name the GPU pod's namespace, pod and container" exporter_names_the_pod
 case_ "labels: each node's features.d file names its own GPUs" gfd_labels_per_node
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
+case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation" kustomize_install
+case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours left" kustomize_delete
 
 finish
