@@ -100,16 +100,20 @@ validation_job() {
     { "$kubectl" -n nvshim describe "$job" | tail -n 20; "$kubectl" -n nvshim logs "$job" | tail -n 20; return 1; }
 }
 
-two_gpus() {
-  local out
-  pod two-gpus nvshim-node1 2
-  out=$(finished two-gpus) || { echo "$out"; return 1; }
+# sees NAME NODE GPUS WANT: a pod on NODE with a limit of GPUS nvidia.com/gpu (0: none) sees
+# exactly WANT GPUs: in nvidia-smi -L, as /dev/nvidiaN, and as distinct UUIDs.
+sees() {
+  local name=$1 node=$2 gpus=$3 want=$4 out
+  pod "$name" "$node" "$gpus"
+  out=$(finished "$name") || { echo "$out"; return 1; }
   echo "$out"
-  [ "$(count '^GPU [0-9]' "$out")" = 2 ] || { echo "nvidia-smi -L listed not 2 GPUs"; return 1; }
-  [ "$(count '^dev: ' "$out")" = 2 ] || { echo "not 2 /dev/nvidiaN"; return 1; }
-  [ "$(grep -o 'GPU-[0-9a-f-]*' <<< "$out" | sort -u | wc -l)" = 2 ] || { echo "not 2 distinct UUIDs"; return 1; }
-  "$kubectl" delete pod two-gpus --wait=false >/dev/null
+  [ "$(count '^GPU [0-9]' "$out")" = "$want" ] || { echo "nvidia-smi -L did not list $want GPU(s)"; return 1; }
+  [ "$(count '^dev: ' "$out")" = "$want" ] || { echo "not $want /dev/nvidiaN"; return 1; }
+  [ "$(grep -o 'GPU-[0-9a-f-]*' <<< "$out" | sort -u | wc -l)" = "$want" ] || { echo "not $want distinct UUIDs"; return 1; }
+  "$kubectl" delete pod "$name" --wait=false >/dev/null
 }
+
+two_gpus() { sees two-gpus nvshim-node1 2 2; }
 
 models_per_node() {
   local out
@@ -122,25 +126,10 @@ models_per_node() {
   "$kubectl" delete pod a100 h100 --wait=false >/dev/null
 }
 
-image_env_is_not_an_allocation() {
-  local out
-  pod no-limit nvshim-node1 0
-  out=$(finished no-limit) || { echo "$out"; return 1; }
-  echo "$out"
-  [ "$(count '^GPU [0-9]' "$out")" = 0 ] && [ "$(count '^dev: ' "$out")" = 0 ] ||
-    { echo "a pod without a GPU limit saw GPUs through its image's NVIDIA_VISIBLE_DEVICES=all"; return 1; }
-  "$kubectl" delete pod no-limit --wait=false >/dev/null
-}
+# The pod's image sets NVIDIA_VISIBLE_DEVICES=all, as a CUDA image does: no allocation.
+image_env_is_not_an_allocation() { sees no-limit nvshim-node1 0 0; }
 
-one_gpu_not_all() {
-  local out
-  pod one-gpu nvshim-node1 1
-  out=$(finished one-gpu) || { echo "$out"; return 1; }
-  echo "$out"
-  [ "$(count '^GPU [0-9]' "$out")" = 1 ] && [ "$(count '^dev: ' "$out")" = 1 ] ||
-    { echo "a pod with nvidia.com/gpu: 1 did not see exactly one GPU"; return 1; }
-  "$kubectl" delete pod one-gpu --wait=false >/dev/null
-}
+one_gpu_not_all() { sees one-gpu nvshim-node1 1 1; }
 
 exporter_names_the_pod() {
   local ip metrics
