@@ -168,7 +168,8 @@ pub enum Command {
     /// register them with the engine, write the ready marker; as a daemon, undo all of
     /// it on SIGTERM (what NVIDIA's toolkit container, nvidia-ctk-installer, does).
     Install(install::InstallArgs),
-    /// Undo `nvshim install`: the engine's config back byte for byte, the binaries gone.
+    /// Undo `nvshim install`: the engine's config back byte for byte, the binaries gone
+    /// once no container runs through them (waiting up to 90 s).
     Uninstall(install::UninstallArgs),
 }
 

@@ -17,7 +17,7 @@ use super::args::{InstallArgs, RestartMode, Settings};
 use super::*;
 use crate::cli::{Cli, Command};
 
-const TOOLKIT: &str = "/usr/local/nvidia/toolkit";
+pub(super) const TOOLKIT: &str = "/usr/local/nvidia/toolkit";
 
 pub(super) struct Host {
     pub(super) root: TempDir,
@@ -80,7 +80,7 @@ impl Host {
         out
     }
 
-    fn settings(&self, engine: &str, extra: &[&str]) -> Settings {
+    pub(super) fn settings(&self, engine: &str, extra: &[&str]) -> Settings {
         self.settings_env(engine, extra, &[])
     }
 
@@ -110,15 +110,20 @@ impl Host {
         resolve(&argv, env).unwrap()
     }
 
-    fn place(&self) -> Place {
+    pub(super) fn place(&self) -> Place {
         Place {
             host_root: self.root.path().to_path_buf(),
             toolkit_dir: PathBuf::from(TOOLKIT),
         }
     }
 
-    fn uninstall(&self) -> Vec<String> {
-        uninstall(&self.place(), None, &RestartOverride::default())
+    pub(super) fn uninstall(&self) -> Vec<String> {
+        self.uninstall_within(DRAIN_BOUND)
+    }
+
+    /// `nvshim uninstall`, waiting at most `bound` for containers that use the runtime.
+    pub(super) fn uninstall_within(&self, bound: std::time::Duration) -> Vec<String> {
+        uninstall(&self.place(), None, &RestartOverride::default(), bound)
             .unwrap()
             .unwrap()
     }
@@ -354,7 +359,13 @@ fn an_upgrade_switches_current_keeps_the_previous_version_and_takes_ownership() 
 
     // The old daemon's SIGTERM: another install owns the record, nothing changes.
     let snapshot = host.snapshot();
-    let outcome = uninstall(&host.place(), Some(&old.owner), &RestartOverride::default()).unwrap();
+    let outcome = uninstall(
+        &host.place(),
+        Some(&old.owner),
+        &RestartOverride::default(),
+        DRAIN_BOUND,
+    )
+    .unwrap();
     assert!(outcome.is_none());
     assert_eq!(host.snapshot(), snapshot);
 
