@@ -293,6 +293,14 @@ fn helm_defaults_install_the_toolkit_first_and_validate_through_the_runtime_clas
         spec.get("runtimeClassName").is_none(),
         "the installer cannot need the runtime"
     );
+    // The undo waits up to DRAIN_BOUND for GPU containers to stop before it removes the
+    // runtime they need to be stopped; the pod's grace period must cover it and a restart.
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let bound = nvshim::cli::install::drain::DRAIN_BOUND.as_secs();
+    assert!(
+        grace >= bound + 20,
+        "terminationGracePeriodSeconds {grace} leaves the undo's {bound} s drain no margin"
+    );
     let container = &spec["containers"][0];
     assert_eq!(container["image"], "ghcr.io/nvshim/container-toolkit:0.1.0");
     assert_eq!(container["securityContext"]["privileged"], true);
