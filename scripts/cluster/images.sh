@@ -6,6 +6,8 @@
 #   localhost/busybox:latest                  busybox + glibc, which the injected nvidia-smi needs
 #   localhost/nvshim/nvidia-device-plugin:TAG the plugin image (deployments/Dockerfile's files)
 #   localhost/nvshim/container-toolkit:TAG    the installer image (container-toolkit.Dockerfile's)
+#   the last two also as TAG-b: the same programs with other bytes (a marker after the ELF
+#   image, which the loader ignores), for upgrades to a build that differs
 # Usage: images.sh OUT BIN_DIR STATIC_DIR SIM TAG
 #   BIN_DIR: nvidia-device-plugin and nvshim; STATIC_DIR: the runtime and the hook as packages
 #   ship them; SIM: a simulated node (its nvidia-smi and mock NVML fix what busybox's glibc needs).
@@ -66,22 +68,34 @@ echo 'root:x:0:0:root:/root:/bin/sh' > "$bb/etc/passwd"
 pack localhost/busybox:latest "$bb" '"Cmd":["sh"]' \
   '["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","NVIDIA_VISIBLE_DEVICES=all"]'
 
-# The device plugin image: nvidia-device-plugin, nvshim and gpu-feature-discovery (a copy of
-# nvshim), the env of deployments/Dockerfile.
-dp=$work/device-plugin
-mkdir -p "$dp/usr/bin" "$dp/tmp"
-install -m 0755 "$bin/nvidia-device-plugin" "$bin/nvshim" "$dp/usr/bin/"
-cp "$dp/usr/bin/nvshim" "$dp/usr/bin/gpu-feature-discovery"
-glibc "$dp" "$bin/nvidia-device-plugin" "$bin/nvshim"
-pack "localhost/nvshim/nvidia-device-plugin:$tag" "$dp" '"Entrypoint":["/usr/bin/nvidia-device-plugin"]' \
-  '["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_DRIVER_CAPABILITIES=utility"]'
+# mark DIR: appends a marker to every file in DIR/usr/bin that is not a link.
+mark() {
+  local f
+  for f in "$1"/usr/bin/*; do
+    [ -L "$f" ] || printf '\nnvshim-cluster-b\n' >> "$f"
+  done
+}
 
-# The installer image: the runtime, the hook and nvshim (which it copies to the host).
-tk=$work/toolkit
-mkdir -p "$tk/usr/bin" "$tk/tmp"
-install -m 0755 "$static/nvidia-container-runtime" "$static/nvidia-container-runtime-hook" "$tk/usr/bin/"
-install -m 0755 "$bin/nvshim" "$tk/usr/bin/"
-ln -s nvshim "$tk/usr/bin/nvidia-ctk-installer"
-glibc "$tk" "$bin/nvshim"
-pack "localhost/nvshim/container-toolkit:$tag" "$tk" '"Entrypoint":["/usr/bin/nvshim","install"]' "$base_env"
+for variant in "$tag" "$tag-b"; do
+  # The device plugin image: nvidia-device-plugin, nvshim and gpu-feature-discovery (a copy of
+  # nvshim), the env of deployments/Dockerfile.
+  dp=$work/device-plugin
+  mkdir -p "$dp/usr/bin" "$dp/tmp"
+  install -m 0755 "$bin/nvidia-device-plugin" "$bin/nvshim" "$dp/usr/bin/"
+  cp "$dp/usr/bin/nvshim" "$dp/usr/bin/gpu-feature-discovery"
+  glibc "$dp" "$bin/nvidia-device-plugin" "$bin/nvshim"
+  [ "$variant" = "$tag" ] || mark "$dp"
+  pack "localhost/nvshim/nvidia-device-plugin:$variant" "$dp" '"Entrypoint":["/usr/bin/nvidia-device-plugin"]' \
+    '["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_DRIVER_CAPABILITIES=utility"]'
+
+  # The installer image: the runtime, the hook and nvshim (which it copies to the host).
+  tk=$work/toolkit
+  mkdir -p "$tk/usr/bin" "$tk/tmp"
+  install -m 0755 "$static/nvidia-container-runtime" "$static/nvidia-container-runtime-hook" "$tk/usr/bin/"
+  install -m 0755 "$bin/nvshim" "$tk/usr/bin/"
+  ln -sf nvshim "$tk/usr/bin/nvidia-ctk-installer"
+  glibc "$tk" "$bin/nvshim"
+  [ "$variant" = "$tag" ] || mark "$tk"
+  pack "localhost/nvshim/container-toolkit:$variant" "$tk" '"Entrypoint":["/usr/bin/nvshim","install"]' "$base_env"
+done
 ls -la "$out"

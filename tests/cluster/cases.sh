@@ -165,6 +165,65 @@ gfd_labels_per_node() {
     grep -qx 'nvidia.com/gpu.compute.major=9' <<< "$labels" || { echo "node 2's labels:"; echo "$labels"; return 1; }
 }
 
+# loop_pods LOG STOP: GPU pods (nvidia.com/gpu: 1, nvidia-smi -L) on node 1 one after another
+# until the file STOP exists; one line per pod in LOG: "ok NAME" or "FAIL NAME: why".
+loop_pods() {
+  local log=$1 stop=$2 i=0 name out
+  while [ ! -e "$stop" ]; do
+    i=$((i + 1)) name=loop-$i
+    pod "$name" nvshim-node1 1
+    if out=$(finished "$name") && [ "$(count '^GPU [0-9]' "$out")" = 1 ]; then
+      echo "ok $name" >> "$log"
+    else
+      echo "FAIL $name: $("$kubectl" get events --field-selector "involvedObject.name=$name" \
+        -o jsonpath='{range .items[*]}{.reason}: {.message}; {end}' | cut -c1-600)" >> "$log"
+    fi
+    "$kubectl" delete pod "$name" --wait=false >/dev/null 2>&1
+  done
+}
+
+# upgrade_under_load VALUE COMPONENT ADMISSION: `helm upgrade` setting VALUE to the images of
+# other bytes (TAG-b) while GPU pods start one after another on node 1; waits for the rollout of
+# COMPONENT's DaemonSet, its old pods gone (their SIGTERM handling done), and three more pods. Fails on any failed pod, except, with ADMISSION=counted, pods
+# kubelet refused at admission while the device plugin was restarting (printed).
+upgrade_under_load() {
+  local value=$1 component=$2 admission=$3 log=$dir/upgrade-$1.log stop=$dir/upgrade-$1.stop
+  local before after loop oks refused old
+  before=$(node_exec 1 readlink /usr/local/nvidia/toolkit/current)
+  old=$("$kubectl" -n nvshim get pods -l "app.kubernetes.io/component=$component" -o name)
+  rm -f "$stop"
+  : > "$log"
+  loop_pods "$log" "$stop" &
+  loop=$!
+  for _ in $(seq 1 60); do [ "$(grep -c '^ok' "$log")" -ge 2 ] && break; sleep 1; done
+  "$helm" upgrade nvshim deployments/helm/nvshim -n nvshim --reuse-values \
+    --set "$value=$tag-b" --wait --timeout 300s >/dev/null &&
+    "$kubectl" -n nvshim rollout status "daemonset/nvshim-$component" --timeout=240s >/dev/null &&
+    "$kubectl" -n nvshim wait --for=delete $old --timeout=150s >/dev/null ||
+    { touch "$stop"; wait "$loop"; "$kubectl" -n nvshim get pods -o wide; return 1; }
+  oks=$(grep -c '^ok' "$log")
+  for _ in $(seq 1 90); do [ "$(grep -c '^ok' "$log")" -ge $((oks + 3)) ] && break; sleep 1; done
+  touch "$stop"
+  wait "$loop"
+  after=$(node_exec 1 readlink /usr/local/nvidia/toolkit/current)
+  refused=$(grep -c '^FAIL .*UnexpectedAdmissionError: Allocate failed due to no healthy devices' "$log")
+  echo "toolkit: $before -> $after; pods: $(grep -c '^ok' "$log") ok, $(grep -c '^FAIL' "$log") failed ($refused refused at admission)"
+  if [ "$admission" = counted ]; then
+    ! grep '^FAIL' "$log" | grep -v 'UnexpectedAdmissionError: Allocate failed due to no healthy devices' || return 1
+  else
+    ! grep '^FAIL' "$log" || return 1
+  fi
+  [ "$(grep -c '^ok' "$log")" -ge $((oks + 3)) ] || { echo "too few pods after the upgrade"; return 1; }
+  [ "$component" != toolkit ] || [ "$before" != "$after" ] || { echo "the toolkit's version did not change"; return 1; }
+}
+
+# The toolkit's runtime swapped under running and starting GPU pods: none may fail.
+toolkit_upgrade_under_load() { upgrade_under_load installer.image.tag toolkit strict; }
+
+# The device plugin restarted: kubelet refuses admission while no plugin serves the resource
+# (its devices unhealthy until the new plugin lists them); nothing else may fail.
+plugin_upgrade_under_load() { upgrade_under_load image.tag device-plugin counted; }
+
 too_many_gpus() {
   local reason=
   pod greedy nvshim-node1 $((node1_gpus + 1))

@@ -58,6 +58,8 @@ case_ "nvidia.com/gpu: 1 with the image's NVIDIA_VISIBLE_DEVICES=all sees one GP
 case_ "a pod asking for more GPUs than any node has stays Pending" too_many_gpus
 case_ "exporter: DCGM series name the GPU pod's namespace, pod and container" exporter_names_the_pod
 case_ "labels: each node's features.d file names its own GPUs" gfd_labels_per_node
+case_ "helm upgrade of the toolkit to other bytes while GPU pods start in a loop: none fails" toolkit_upgrade_under_load
+case_ "helm upgrade of the plugin to other bytes under the loop: only kubelet's admission window" plugin_upgrade_under_load
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
 case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation" kustomize_install
 case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours left" kustomize_delete

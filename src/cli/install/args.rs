@@ -19,6 +19,12 @@ pub const DEFAULT_TOOLKIT_DIR: &str = "/usr/local/nvidia/toolkit";
 /// The marker NVIDIA's validator writes once the toolkit works; the device plugin's
 /// init container waits for it.
 pub const DEFAULT_READY_FILE: &str = "/run/nvidia/validations/toolkit-ready";
+/// Written by the daemon in its own filesystem once *its* install is done, for the
+/// DaemonSet's readiness probe. The host's ready file cannot serve: during a rolling update
+/// the old pod's file is still there, so the new pod would be ready before it installed,
+/// and the old pod's undo would race the new pod's install (two engine restarts, and a
+/// moment with no runtime registered).
+pub const POD_READY_FILE: &str = "/run/nvshim-installer.ready";
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 pub const CRIO_SOCKET: &str = "/var/run/crio/crio.sock";

@@ -463,6 +463,12 @@ pub fn run_install(
     let Some(signals) = signals else {
         return Ok(());
     };
+    let pod_ready = Path::new(args::POD_READY_FILE);
+    std::fs::write(pod_ready, "").map_err(|source| InstallError::Io {
+        what: "write",
+        path: pod_ready.to_path_buf(),
+        source,
+    })?;
     writeln!(out, "waiting for SIGTERM to undo the install")?;
     out.flush()?;
     loop {
@@ -491,6 +497,8 @@ pub fn run_install(
             settings.place.toolkit_dir.display()
         )?,
     }
+    // Gone with the install (a daemon on a host, not in a pod, leaves nothing behind).
+    let _ = std::fs::remove_file(pod_ready);
     Ok(())
 }
 

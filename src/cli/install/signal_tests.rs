@@ -106,14 +106,24 @@ fn the_daemon_undoes_the_install_on_sigterm() {
         Ok::<_, String>(String::from_utf8(out).unwrap())
     });
     let thread = rx.recv().unwrap();
-    let ready = host.path("/run/nvidia/validations/toolkit-ready");
+    // The pod's own ready file (the readiness probe's) comes after the host's: only once
+    // this install is complete.
+    let pod_ready = std::path::Path::new(super::args::POD_READY_FILE);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(std::time::Instant::now() < deadline, "no ready file");
+    while !pod_ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "no pod ready file");
         std::thread::yield_now();
     }
+    assert!(
+        host.path("/run/nvidia/validations/toolkit-ready").exists(),
+        "the pod was ready before the host's ready file"
+    );
     pthread_kill(thread, nix::sys::signal::Signal::SIGTERM).unwrap();
     let out = daemon.join().unwrap().unwrap();
     assert!(out.contains("uninstalled"), "{out}");
     assert_eq!(host.snapshot(), before);
+    assert!(
+        !pod_ready.exists(),
+        "the pod ready file outlived the install"
+    );
 }

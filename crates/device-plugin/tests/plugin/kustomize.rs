@@ -177,6 +177,18 @@ fn check_overlay(docs: &[Value], engine: &str, openshift: bool) -> Result<(), St
     if host_path_at(ipod, container, "/run/nvidia") != Some("/run/nvidia") {
         return Err("installer: no hostPath /run/nvidia at /run/nvidia".into());
     }
+    // Ready on its own install: the host's ready file is the old pod's during an update.
+    let probe = strings(&container["readinessProbe"]["exec"]["command"]);
+    if !probe.ends_with(&[
+        "--wait-for",
+        nvshim::cli::install::args::POD_READY_FILE,
+        "--timeout",
+        "1",
+    ]) {
+        return Err(format!(
+            "installer: readiness probe {probe:?} is not on its own install"
+        ));
+    }
     if container["securityContext"]["privileged"] != true || ipod["hostPID"] != true {
         return Err("installer: not privileged with hostPID".into());
     }

@@ -303,6 +303,18 @@ fn helm_defaults_install_the_toolkit_first_and_validate_through_the_runtime_clas
     );
     let container = &spec["containers"][0];
     assert_eq!(container["image"], "ghcr.io/nvshim/container-toolkit:0.1.0");
+    // Ready on its own install, not on the host's ready file (the old pod's in an update).
+    assert_eq!(
+        container["readinessProbe"]["exec"]["command"],
+        json!([
+            "/usr/bin/nvshim",
+            "doctor",
+            "--wait-for",
+            nvshim::cli::install::args::POD_READY_FILE,
+            "--timeout",
+            "1"
+        ])
+    );
     assert_eq!(container["securityContext"]["privileged"], true);
     assert_eq!(
         strings(&container["args"]),
