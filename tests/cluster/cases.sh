@@ -206,10 +206,10 @@ upgrade_under_load() {
   touch "$stop"
   wait "$loop"
   after=$(node_exec 1 readlink /usr/local/nvidia/toolkit/current)
-  refused=$(grep -c '^FAIL .*UnexpectedAdmissionError: Allocate failed due to no healthy devices' "$log")
+  refused=$(grep -c '^FAIL .*UnexpectedAdmissionError: Allocate failed' "$log")
   echo "toolkit: $before -> $after; pods: $(grep -c '^ok' "$log") ok, $(grep -c '^FAIL' "$log") failed ($refused refused at admission)"
   if [ "$admission" = counted ]; then
-    ! grep '^FAIL' "$log" | grep -v 'UnexpectedAdmissionError: Allocate failed due to no healthy devices' || return 1
+    ! grep '^FAIL' "$log" | grep -v 'UnexpectedAdmissionError: Allocate failed' || return 1
   else
     ! grep '^FAIL' "$log" || return 1
   fi
@@ -221,7 +221,8 @@ upgrade_under_load() {
 toolkit_upgrade_under_load() { upgrade_under_load installer.image.tag toolkit strict; }
 
 # The device plugin restarted: kubelet refuses admission while no plugin serves the resource
-# (its devices unhealthy until the new plugin lists them); nothing else may fail.
+# (its devices unhealthy until the new plugin lists them, or the old plugin's Allocate gone
+# with it: UnexpectedAdmissionError either way); nothing else may fail.
 plugin_upgrade_under_load() { upgrade_under_load image.tag device-plugin counted; }
 
 too_many_gpus() {
