@@ -225,6 +225,37 @@ toolkit_upgrade_under_load() { upgrade_under_load installer.image.tag toolkit st
 # with it: UnexpectedAdmissionError either way); nothing else may fail.
 plugin_upgrade_under_load() { upgrade_under_load image.tag device-plugin counted; }
 
+# capacity NODE WANT: waits until NODE advertises WANT nvidia.com/gpu (90 s).
+capacity() {
+  local got=
+  for _ in $(seq 1 180); do
+    got=$("$kubectl" get node "$1" -o jsonpath='{.status.capacity.nvidia\.com/gpu}')
+    [ "$got" = "$2" ] && return 0
+    sleep 0.5
+  done
+  echo "$1 advertises nvidia.com/gpu=\"$got\", not $2"
+  return 1
+}
+
+time_slicing_multiplies_capacity() {
+  cat > "$dir/time-slicing.yaml" <<'YAML'
+config:
+  map:
+    default: |-
+      version: v1
+      sharing:
+        timeSlicing:
+          resources:
+            - name: nvidia.com/gpu
+              replicas: 4
+YAML
+  "$helm" upgrade nvshim deployments/helm/nvshim -n nvshim --reuse-values -f "$dir/time-slicing.yaml" \
+    --wait --timeout 300s >/dev/null || return 1
+  capacity nvshim-node1 $((node1_gpus * 4)) && capacity nvshim-node2 $((node2_gpus * 4)) || return 1
+  # A replica is a share of one GPU: the pod sees one.
+  sees shared-gpu nvshim-node1 1 1
+}
+
 too_many_gpus() {
   local reason=
   pod greedy nvshim-node1 $((node1_gpus + 1))

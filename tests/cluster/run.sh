@@ -60,6 +60,7 @@ case_ "exporter: DCGM series name the GPU pod's namespace, pod and container" ex
 case_ "labels: each node's features.d file names its own GPUs" gfd_labels_per_node
 case_ "helm upgrade of the toolkit to other bytes while GPU pods start in a loop: none fails" toolkit_upgrade_under_load
 case_ "helm upgrade of the plugin to other bytes under the loop: only kubelet's admission window" plugin_upgrade_under_load
+case_ "time-slicing: replicas 4 make capacity 4x the GPUs; a replica shows one GPU" time_slicing_multiplies_capacity
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
 case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation" kustomize_install
 case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours left" kustomize_delete
