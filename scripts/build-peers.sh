@@ -5,6 +5,7 @@
 #
 #   CACHE/bin/     kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 #                  etcd containerd containerd-shim-runc-v2 ctr runc helm
+#                  nfd-master nfd-worker nfd-gc
 #   CACHE/gomod/   the module cache (GOMODCACHE), CACHE/gocache/ Go's build cache (GOCACHE)
 #   CACHE/stamps/  one file per peer: its version and its go.sum's hash
 #
@@ -46,7 +47,7 @@ build() {
     exit 1
   fi
   local stamp
-  stamp="$want $(sha256sum "$peers/$dir/go.sum" | cut -d' ' -f1) $(go env GOVERSION) $(echo "$bins $ldflags $*" | sha256sum | cut -c1-16)"
+  stamp="$want $(sha256sum "$peers/$dir/go.sum" | cut -d' ' -f1) $(cd "$peers/$dir" && go env GOVERSION) $(echo "$bins $ldflags $*" | sha256sum | cut -c1-16)"
   local missing=0 b
   for b in $bins; do [ -x "$cache/bin/${b%%=*}" ] || missing=1; done
   if [ "$missing" = 0 ] && [ "$(cat "$cache/stamps/$name" 2>/dev/null)" = "$stamp" ]; then
@@ -91,3 +92,9 @@ build RUNC runc github.com/opencontainers/runc "runc" "-X main.version=${version
   -tags seccomp github.com/opencontainers/runc
 build HELM helm helm.sh/helm/v4 "helm" "-X helm.sh/helm/v4/internal/version.version=${version[HELM]}" \
   helm.sh/helm/v4/cmd/helm
+# Node Feature Discovery v0.20 needs Go 1.27: this module alone builds with the toolchain the
+# go command takes from the module proxy (golang.org/toolchain, kept in the module cache).
+nfd=sigs.k8s.io/node-feature-discovery
+GOTOOLCHAIN=go1.27.3 build NFD nfd $nfd "nfd-master nfd-worker nfd-gc" \
+  "-X $nfd/pkg/version.version=${version[NFD]}" \
+  $nfd/cmd/nfd-master $nfd/cmd/nfd-worker $nfd/cmd/nfd-gc
