@@ -35,8 +35,11 @@ pub const MIG_MAX_COMPUTE_INSTANCES: u32 = 8;
 const A100_NAME: &str = "NVIDIA A100-SXM4-80GB";
 const A100_MEMORY: u64 = 80 * GIB;
 const H100_NAME: &str = "NVIDIA H100 80GB HBM3";
-const H100_MEMORY: u64 = 80 * GIB;
-const GIB: u64 = 1024 * 1024 * 1024;
+/// What NVML reports for an H100 80GB HBM3 (81559 MiB), less than an A100-80GB's 80 GiB: the
+/// two models differ in memory as real ones do (scheduling by `nvidia.com/gpu.memory`).
+const H100_MEMORY: u64 = 81559 * MIB;
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
 /// PCI buses of the eight GPUs of a DGX A100, in PCI order.
 const DGX_A100_BUSES: [u8; 8] = [0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd];
 
