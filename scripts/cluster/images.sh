@@ -8,23 +8,28 @@
 #   localhost/nvshim/container-toolkit:TAG    the installer image (container-toolkit.Dockerfile's)
 #   the last two also as TAG-b: the same programs with other bytes (a marker after the ELF
 #   image, which the loader ignores), for upgrades to a build that differs
-# Usage: images.sh OUT BIN_DIR STATIC_DIR SIM TAG
+#   localhost/nfd/node-feature-discovery:NFD  Node Feature Discovery's master, worker and gc as
+#                                             built from the module proxy, as NFD's image has them
+#                                             (/usr/bin, a non-root user)
+# Usage: images.sh OUT BIN_DIR STATIC_DIR SIM TAG PEERS NFD
 #   BIN_DIR: nvidia-device-plugin and nvshim; STATIC_DIR: the runtime and the hook as packages
-#   ship them; SIM: a simulated node (its nvidia-smi and mock NVML fix what busybox's glibc needs).
+#   ship them; SIM: a simulated node (its nvidia-smi and mock NVML fix what busybox's glibc needs);
+#   PEERS: the peers' binaries (scripts/build-peers.sh); NFD: NFD's version (its image's tag).
 set -euo pipefail
-out=$1 bin=$2 static=$3 sim=$4 tag=$5
+out=$1 bin=$2 static=$3 sim=$4 tag=$5 peers=$6 nfd=$7
 mkdir -p "$out"
 work=$(mktemp -d "$out/.work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# pack NAME ROOTFS RUN ENV_JSON: a one-layer docker-archive (ctr images import); RUN is the
-# image config's "Entrypoint":[…] or "Cmd":[…] member.
+# pack NAME ROOTFS RUN ENV_JSON [USER]: a one-layer docker-archive (ctr images import); RUN is
+# the image config's "Entrypoint":[…] or "Cmd":[…] member, USER its "User" (default: root).
 pack() {
-  local name=$1 rootfs=$2 run=$3 env=$4 dir
+  local name=$1 rootfs=$2 run=$3 env=$4 user=${5:-} dir
   dir=$(mktemp -d "$work/pack.XXXXXX")
   tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -cf "$dir/layer.tar" .
   local digest
   digest=$(sha256sum "$dir/layer.tar" | cut -d' ' -f1)
+  [ -z "$user" ] || run+=",\"User\":\"$user\""
   printf '{"architecture":"amd64","os":"linux","config":{%s,"Env":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
     "$run" "$env" "$digest" > "$dir/config.json"
   printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$name" > "$dir/manifest.json"
@@ -98,4 +103,11 @@ for variant in "$tag" "$tag-b"; do
   [ "$variant" = "$tag" ] || mark "$tk"
   pack "localhost/nvshim/container-toolkit:$variant" "$tk" '"Entrypoint":["/usr/bin/nvshim","install"]' "$base_env"
 done
+# Node Feature Discovery: its deployment runs the commands by name, as a non-root user
+# (runAsNonRoot), with a read-only root.
+nfdroot=$work/nfd
+mkdir -p "$nfdroot/usr/bin"
+install -m 0755 "$peers/nfd-master" "$peers/nfd-worker" "$peers/nfd-gc" "$nfdroot/usr/bin/"
+glibc "$nfdroot" "$nfdroot"/usr/bin/*
+pack "localhost/nfd/node-feature-discovery:$nfd" "$nfdroot" '"Cmd":["nfd-worker"]' "$base_env" 65534:65534
 ls -la "$out"

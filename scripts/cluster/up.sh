@@ -9,6 +9,8 @@
 #                   containerd 2 (config version 3) + runc + CNI bridge, and kubelet; pods on
 #                   node N get 10.244.N.0/24
 #   images          built locally (scripts/cluster/images.sh) and imported into each node
+#   NFD             Node Feature Discovery's own deployment (scripts/cluster/nfd.sh): GPU labels
+#                   reach the Nodes
 #   install         CLUSTER_INSTALL=helm (default): our chart with Helm v4; =kustomize: the
 #                   containerd overlay with kubectl apply -k; =none: a bare cluster
 #
@@ -45,7 +47,7 @@ case $install in helm|kustomize|none) ;; *) fail "CLUSTER_INSTALL=$install: vali
 # One cluster at a time: the bridge and the addresses are fixed.
 ! ip link show nvshim0 >/dev/null 2>&1 ||
   fail "another cluster holds the bridge nvshim0 (NVSHIM_CLUSTER_DIR=<its directory> make cluster-down)"
-for tool in ip unshare nsenter openssl gcc ldd busybox sha256sum; do
+for tool in ip unshare nsenter openssl gcc ldd busybox sha256sum iptables jq; do
   command -v "$tool" >/dev/null || fail "$tool is not on PATH (scripts/cluster-prereqs.sh installs what the cluster needs)"
 done
 [ -x /usr/lib/cni/bridge ] || fail "the CNI plugins are missing (/usr/lib/cni/bridge: Debian's containernetworking-plugins)"
@@ -76,7 +78,9 @@ for n in $(seq 1 "$nodes"); do
 done
 
 step "images"
-bash scripts/cluster/images.sh "$dir/images" "$bin" "$runtime_dir" "$dir/sim1" "$tag" > "$dir/images.log"
+nfd_version=$(awk -F= '$1 == "NFD" {print $2}' tests/peers/versions.env)
+bash scripts/cluster/images.sh "$dir/images" "$bin" "$runtime_dir" "$dir/sim1" "$tag" "$peers" "$nfd_version" \
+  > "$dir/images.log"
 
 step "certificates"
 bash scripts/cluster/pki.sh "$dir" "$ip" "${node_names[*]}"
@@ -101,6 +105,12 @@ for n in $(seq 1 "$nodes"); do
   ip -n "$ns" link set lo up
   ip -n "$ns" route add default via "$ip"
   ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+  # No kube-proxy: the one Service pods need, the API server's (the in-cluster config's
+  # 10.96.0.1:443), by a DNAT in the node, for pods and for the node's own processes.
+  for chain in PREROUTING OUTPUT; do
+    ip netns exec "$ns" iptables -t nat -A "$chain" -d 10.96.0.1/32 -p tcp --dport 443 \
+      -j DNAT --to-destination "$ip:6443"
+  done
   # The API server reaches the node's pods (proxy, port-forward) through the node.
   ip route add "10.244.$n.0/24" via "10.200.0.1$n"
 done
@@ -176,9 +186,13 @@ if [ "$ready" != "$nodes" ]; then
   fail "$ready of $nodes nodes got Ready in 120 s"
 fi
 for node in "${node_names[@]}"; do
-  # What Node Feature Discovery would label a GPU node with (the chart's node affinity).
+  # The chart's node affinity: NFD labels a GPU node feature.node.kubernetes.io/pci-10de.present
+  # from its PCI devices, which a simulated node has none of; this is the documented other label.
   "$kubectl" label node "$node" nvidia.com/gpu.present=true --overwrite >/dev/null
 done
+
+step "node feature discovery"
+bash scripts/cluster/nfd.sh "$dir"
 
 step "install ($install)"
 bash scripts/cluster/install.sh "$install" "$dir" "$tag"
