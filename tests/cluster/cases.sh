@@ -165,6 +165,91 @@ gfd_labels_per_node() {
     grep -qx 'nvidia.com/gpu.compute.major=9' <<< "$labels" || { echo "node 2's labels:"; echo "$labels"; return 1; }
 }
 
+# node_label NODE KEY: the value of the Node's label KEY (empty when it has none).
+node_label() { "$kubectl" get node "$1" -o json | jq -r --arg k "$2" '.metadata.labels[$k] // ""'; }
+
+# GFD's labels reach the Nodes through Node Feature Discovery: the chart's GFD writes each
+# node's features.d file, NFD's worker publishes it as a NodeFeature, NFD's master labels the Node.
+nfd_labels_on_nodes() {
+  local p1= p2=
+  for _ in $(seq 1 120); do
+    p1=$(node_label nvshim-node1 nvidia.com/gpu.product) p2=$(node_label nvshim-node2 nvidia.com/gpu.product)
+    [ "$p1" = NVIDIA-A100-SXM4-80GB ] && [ "$p2" = NVIDIA-H100-80GB-HBM3 ] && break
+    sleep 1
+  done
+  echo "node 1: gpu.product=$p1 gpu.count=$(node_label nvshim-node1 nvidia.com/gpu.count) gpu.memory=$(node_label nvshim-node1 nvidia.com/gpu.memory)"
+  echo "node 2: gpu.product=$p2 gpu.count=$(node_label nvshim-node2 nvidia.com/gpu.count) gpu.memory=$(node_label nvshim-node2 nvidia.com/gpu.memory)"
+  [ "$p1" = NVIDIA-A100-SXM4-80GB ] && [ "$p2" = NVIDIA-H100-80GB-HBM3 ] ||
+    { "$kubectl" -n node-feature-discovery get nodefeatures -o yaml | grep 'nvidia.com/gpu.product' ; return 1; }
+  [ "$(node_label nvshim-node1 nvidia.com/gpu.count)" = "$node1_gpus" ] &&
+    [ "$(node_label nvshim-node2 nvidia.com/gpu.count)" = "$node2_gpus" ] &&
+    [ "$(node_label nvshim-node1 nvidia.com/gpu.memory)" = 81920 ] &&
+    [ "$(node_label nvshim-node2 nvidia.com/gpu.memory)" = 81559 ] &&
+    [ "$(node_label nvshim-node2 nvidia.com/gpu.compute.major)" = 9 ] || return 1
+  # NFD's worker made them: its NodeFeature of node 1 carries the label.
+  "$kubectl" -n node-feature-discovery get nodefeature nvshim-node1 -o json |
+    jq -e '.spec.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"' >/dev/null ||
+    { echo "NFD's worker's NodeFeature of nvshim-node1 lacks the GPU labels"; return 1; }
+}
+
+# affinity_pod NAME EXPRESSION: a pod with nvidia.com/gpu: 1 placed by the scheduler alone, on
+# a node whose labels match EXPRESSION (a nodeAffinity matchExpressions item).
+affinity_pod() {
+  local name=$1 expression=$2
+  "$kubectl" delete pod "$name" --ignore-not-found --wait=true >/dev/null 2>&1
+  "$kubectl" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: default}
+spec:
+  restartPolicy: Never
+  runtimeClassName: nvidia
+  terminationGracePeriodSeconds: 1
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchExpressions: [$expression]}]
+  containers:
+    - name: main
+      image: $busybox
+      imagePullPolicy: Never
+      command: [sh, -c, "nvidia-smi -L"]
+      resources: {limits: {nvidia.com/gpu: 1}}
+EOF
+}
+
+# lands NAME EXPRESSION NODE MODEL: the pod of affinity_pod runs on NODE and sees a MODEL GPU.
+lands() {
+  local name=$1 expression=$2 node=$3 model=$4 out on
+  affinity_pod "$name" "$expression"
+  out=$(finished "$name") || { echo "$out"; return 1; }
+  on=$("$kubectl" get pod "$name" -o jsonpath='{.spec.nodeName}')
+  echo "$expression -> $on: $out"
+  [ "$on" = "$node" ] || { echo "landed on $on, not $node"; return 1; }
+  grep -q "^GPU 0: $model (UUID" <<< "$out" || { echo "not a $model"; return 1; }
+  "$kubectl" delete pod "$name" --wait=false >/dev/null
+}
+
+# Pods placed by the GPU labels (model, memory, compute capability) land on the node that has them.
+scheduled_by_labels() {
+  lands by-model '{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-H100-80GB-HBM3]}' \
+    nvshim-node2 'NVIDIA H100 80GB HBM3' &&
+    lands by-memory '{key: nvidia.com/gpu.memory, operator: Gt, values: ["81600"]}' \
+      nvshim-node1 'NVIDIA A100-SXM4-80GB' &&
+    lands by-compute '{key: nvidia.com/gpu.compute.major, operator: Gt, values: ["8"]}' \
+      nvshim-node2 'NVIDIA H100 80GB HBM3' || return 1
+  local reason=
+  affinity_pod by-absent-model '{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-B200]}'
+  for _ in $(seq 1 60); do
+    reason=$("$kubectl" get pod by-absent-model -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+    [ -n "$reason" ] && break
+    sleep 0.5
+  done
+  echo "a model no node has: $reason"
+  grep -q "didn't match Pod's node affinity/selector" <<< "$reason" || return 1
+  "$kubectl" delete pod by-absent-model --wait=false >/dev/null
+}
+
 # loop_pods LOG STOP: GPU pods (nvidia.com/gpu: 1, nvidia-smi -L) on node 1 one after another
 # until the file STOP exists; one line per pod in LOG: "ok NAME" or "FAIL NAME: why".
 loop_pods() {
@@ -225,6 +310,62 @@ toolkit_upgrade_under_load() { upgrade_under_load installer.image.tag toolkit st
 # with it: UnexpectedAdmissionError either way); nothing else may fail.
 plugin_upgrade_under_load() { upgrade_under_load image.tag device-plugin counted; }
 
+# strategy_upgrade VALUES...: `helm upgrade` with VALUES (--set …), then waits for the plugin's
+# and the installer's rollouts and node 1's capacity.
+strategy_upgrade() {
+  "$helm" upgrade nvshim deployments/helm/nvshim -n nvshim --reuse-values "$@" --wait --timeout 300s >/dev/null &&
+    "$kubectl" -n nvshim rollout status daemonset/nvshim-device-plugin --timeout=240s >/dev/null &&
+    "$kubectl" -n nvshim rollout status daemonset/nvshim-toolkit --timeout=240s >/dev/null ||
+    { "$kubectl" -n nvshim get pods -o wide; return 1; }
+  capacity nvshim-node1 "$node1_gpus"
+}
+
+# What a pod's shell prints besides its GPUs: the env var and the plugin's volume mounts.
+strategy_shell="nvidia-smi -L || echo no-nvidia-smi; ls /dev | grep -E '^nvidia[0-9]+\$' | sed 's/^/dev: /'; echo env: \$NVIDIA_VISIBLE_DEVICES; ls /var/run/nvidia-container-devices 2>/dev/null | sed 's/^/mount: /'"
+
+# strategy_sees NAME CLASS: a pod with nvidia.com/gpu: 2 (runtime class CLASS, "" for runc)
+# sees exactly two GPUs; prints what it saw.
+strategy_sees() {
+  local name=$1 class=$2 out
+  pod "$name" nvshim-node1 2 "$class" "$strategy_shell"
+  out=$(finished "$name") || { echo "$out"; return 1; }
+  echo "$out"
+  [ "$(count '^GPU [0-9]' "$out")" = 2 ] && [ "$(count '^dev: ' "$out")" = 2 ] &&
+    [ "$(grep -o 'GPU-[0-9a-f-]*' <<< "$out" | sort -u | wc -l)" = 2 ] ||
+    { echo "$name: not exactly two GPUs"; return 1; }
+  "$kubectl" delete pod "$name" --wait=false >/dev/null
+}
+
+# deviceListStrategy=envvar with NVIDIA's toolkit defaults (the env var counts): the plugin's
+# Allocate sets NVIDIA_VISIBLE_DEVICES to the two GPUs, over the image's "all".
+envvar_strategy() {
+  local out
+  strategy_upgrade --set deviceListStrategy=envvar --set installer.acceptEnvvarWhenUnprivileged=true || return 1
+  out=$(strategy_sees envvar-two nvidia) || { echo "$out"; return 1; }
+  echo "$out"
+  grep -qE '^env: GPU-[0-9a-f-]+,GPU-[0-9a-f-]+$' <<< "$out" || { echo "NVIDIA_VISIBLE_DEVICES is not the two UUIDs"; return 1; }
+  ! grep -q '^mount: ' <<< "$out" || { echo "volume mounts under envvar"; return 1; }
+}
+
+# deviceListStrategy=cdi-cri with the chart's default (only an allocation counts): kubelet hands
+# the plugin's CDI names to containerd 2, which resolves them from the plugin's spec in
+# /var/run/cdi. The plugin sets NVIDIA_VISIBLE_DEVICES=void over the image's "all" (as NVIDIA's
+# does with CDI strategies) and mounts nothing, so the two GPUs come from CDI alone: through the
+# nvidia runtime class and through plain runc alike.
+cdi_cri_strategy() {
+  local out
+  strategy_upgrade --set deviceListStrategy=cdi-cri --set installer.acceptEnvvarWhenUnprivileged=false || return 1
+  node_exec 1 test -s /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json || { echo "no CDI spec on node 1"; return 1; }
+  out=$(strategy_sees cdi-two nvidia) || { echo "$out"; return 1; }
+  echo "$out"
+  grep -qx 'env: void' <<< "$out" && ! grep -q '^mount: ' <<< "$out" ||
+    { echo "the GPUs did not come from CDI alone"; return 1; }
+  out=$(strategy_sees cdi-two-runc "") || { echo "$out"; return 1; }
+  echo "$out"
+  # No limit: still no GPU.
+  sees cdi-no-limit nvshim-node1 0 0
+}
+
 # capacity NODE WANT: waits until NODE advertises WANT nvidia.com/gpu (90 s).
 capacity() {
   local got=
@@ -281,7 +422,18 @@ kustomize_install() {
   bash scripts/cluster/install.sh kustomize "$dir" "$tag" || return 1
   "$kubectl" -n nvshim wait --for=condition=complete job/nvshim-validation --timeout=120s ||
     { "$kubectl" -n nvshim logs job/nvshim-validation | tail -n 20; return 1; }
-  two_gpus && image_env_is_not_an_allocation
+  two_gpus && image_env_is_not_an_allocation || return 1
+  # The overlay's labeller publishes a NodeFeature itself (--use-node-feature-api); NFD's master
+  # labels the Node from it.
+  local nf=
+  for _ in $(seq 1 90); do
+    nf=$("$kubectl" -n nvshim get nodefeature nvidia-features-for-nvshim-node2 -o json 2>/dev/null |
+      jq -r '.spec.labels["nvidia.com/gpu.product"] // ""')
+    [ "$nf" = NVIDIA-H100-80GB-HBM3 ] && [ "$(node_label nvshim-node2 nvidia.com/gpu.product)" = "$nf" ] && break
+    sleep 1
+  done
+  echo "NodeFeature nvshim/nvidia-features-for-nvshim-node2: gpu.product=$nf; Node: $(node_label nvshim-node2 nvidia.com/gpu.product)"
+  [ "$nf" = NVIDIA-H100-80GB-HBM3 ] && [ "$(node_label nvshim-node2 nvidia.com/gpu.product)" = "$nf" ]
 }
 
 kustomize_delete() {
@@ -290,7 +442,8 @@ kustomize_delete() {
   nodes_as_before
 }
 
-# Each node's containerd config.toml byte-identical to before the install, no drop-in, no toolkit.
+# Each node's containerd config.toml byte-identical to before the install, no drop-in, no toolkit,
+# no labels file (GFD's removes it on SIGTERM; NFD then drops the labels).
 nodes_as_before() {
   local n
   for n in 1 2; do
@@ -301,5 +454,7 @@ nodes_as_before() {
     ! node_exec "$n" test -e /etc/containerd/conf.d/99-nvidia.toml || { echo "node $n: the drop-in is left"; return 1; }
     ! node_exec "$n" test -e /usr/local/nvidia/toolkit/nvidia-container-runtime ||
       { echo "node $n: the toolkit is left"; node_exec "$n" ls -la /usr/local/nvidia/toolkit; return 1; }
+    ! node_exec "$n" test -e /etc/kubernetes/node-feature-discovery/features.d/nvshim ||
+      { echo "node $n: the labels file is left"; return 1; }
   done
 }

@@ -58,11 +58,15 @@ case_ "nvidia.com/gpu: 1 with the image's NVIDIA_VISIBLE_DEVICES=all sees one GP
 case_ "a pod asking for more GPUs than any node has stays Pending" too_many_gpus
 case_ "exporter: DCGM series name the GPU pod's namespace, pod and container" exporter_names_the_pod
 case_ "labels: each node's features.d file names its own GPUs" gfd_labels_per_node
+case_ "NFD: GFD's labels reach each Node (features.d -> NFD worker -> NodeFeature -> NFD master)" nfd_labels_on_nodes
+case_ "pods placed by GPU labels (model, memory, compute capability) land on the node that has them" scheduled_by_labels
 case_ "helm upgrade of the toolkit to other bytes while GPU pods start in a loop: none fails" toolkit_upgrade_under_load
 case_ "helm upgrade of the plugin to other bytes under the loop: only kubelet's admission window" plugin_upgrade_under_load
+case_ "deviceListStrategy envvar (NVIDIA's toolkit defaults): two GPUs by the env var" envvar_strategy
+case_ "deviceListStrategy cdi-cri: two GPUs by containerd 2's CDI, with and without the runtime class" cdi_cri_strategy
 case_ "time-slicing: replicas 4 make capacity 4x the GPUs; a replica shows one GPU" time_slicing_multiplies_capacity
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
-case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation" kustomize_install
+case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation, NodeFeature labels" kustomize_install
 case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours left" kustomize_delete
 
 finish
