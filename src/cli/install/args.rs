@@ -56,6 +56,12 @@ pub const ENV_READY_FILE: &[&str] = &["TOOLKIT_READY_FILE"];
 pub const ENV_ACCEPT_ENVVAR_UNPRIVILEGED: &[&str] =
     &["ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"];
 pub const ENV_ACCEPT_VOLUME_MOUNTS: &[&str] = &["ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"];
+pub const ENV_CRIO_CONFIG_MODE: &[&str] = &["CRIO_CONFIG_MODE"];
+pub const ENV_CRIO_HOOKS_DIR: &[&str] = &["CRIO_HOOKS_DIR"];
+pub const ENV_CRIO_HOOK_FILENAME: &[&str] = &["CRIO_HOOK_FILENAME"];
+/// NVIDIA's installer's CRI-O hook file, with `--config-mode hook`.
+pub const DEFAULT_CRIO_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
+pub const DEFAULT_CRIO_HOOK_FILENAME: &str = "oci-nvidia-hook.json";
 
 /// How the engine is made to read its new config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -148,6 +154,16 @@ pub struct InstallArgs {
     /// `/var/run/nvidia-container-devices` request devices.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub accept_nvidia_visible_devices_as_volume_mounts: Option<String>,
+    /// CRI-O: `config` registers the runtime in CRI-O's config; `hook` writes the OCI
+    /// prestart hook file into --hooks-dir instead (NVIDIA's deprecated mode).
+    #[arg(long, value_name = "MODE")]
+    pub config_mode: Option<String>,
+    /// CRI-O's hooks directory on the host (with --config-mode hook).
+    #[arg(long, value_name = "DIR")]
+    pub hooks_dir: Option<PathBuf>,
+    /// The hook file's name in --hooks-dir.
+    #[arg(long, value_name = "NAME")]
+    pub hook_filename: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -200,6 +216,9 @@ pub struct Settings {
     pub accept_envvar_unprivileged: bool,
     /// config.toml's `accept-nvidia-visible-devices-as-volume-mounts`.
     pub accept_volume_mounts: bool,
+    /// CRI-O with `--config-mode hook`: the hook file (a host path) written instead of
+    /// registering the runtime in the engine's config.
+    pub oci_hook: Option<PathBuf>,
 }
 
 /// The first non-empty variable of `names`, with its name.
@@ -388,7 +407,8 @@ impl InstallArgs {
                 _ => RestartMode::Signal,
             },
         };
-        if restart == RestartMode::Signal && engine == EngineKind::Crio {
+        let oci_hook = self.oci_hook(env, engine)?;
+        if restart == RestartMode::Signal && engine == EngineKind::Crio && oci_hook.is_none() {
             return Err(InstallError::BadValue {
                 what: "--restart-mode".to_owned(),
                 value: "signal".to_owned(),
@@ -466,6 +486,58 @@ impl InstallArgs {
             daemon,
             accept_envvar_unprivileged,
             accept_volume_mounts,
+            oci_hook,
         })
+    }
+
+    /// With `--config-mode hook` (CRI-O only, as NVIDIA's installer has it), the hook file:
+    /// `--hooks-dir` joined with `--hook-filename`.
+    fn oci_hook(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        engine: EngineKind,
+    ) -> Result<Option<PathBuf>, InstallError> {
+        let mode = match (
+            self.config_mode.clone(),
+            first_env(env, ENV_CRIO_CONFIG_MODE),
+        ) {
+            (Some(v), _) => Some(("--config-mode", v)),
+            (None, given) => given,
+        };
+        match mode {
+            None => return Ok(None),
+            Some((_, v)) if v == "config" => return Ok(None),
+            Some((_, v)) if v == "hook" && engine == EngineKind::Crio => {}
+            Some((what, value)) if value == "hook" => {
+                return Err(InstallError::BadValue {
+                    what: what.to_owned(),
+                    value,
+                    valid: "config for docker and containerd (the hook mode is CRI-O's)",
+                });
+            }
+            Some((what, value)) => {
+                return Err(InstallError::BadValue {
+                    what: what.to_owned(),
+                    value,
+                    valid: "config, hook",
+                });
+            }
+        }
+        let dir = path_of(env, self.hooks_dir.as_ref(), ENV_CRIO_HOOKS_DIR)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CRIO_HOOKS_DIR));
+        let dir = absolute("--hooks-dir", dir)?;
+        let name = self
+            .hook_filename
+            .clone()
+            .or_else(|| first_env(env, ENV_CRIO_HOOK_FILENAME).map(|(_, v)| v))
+            .unwrap_or_else(|| DEFAULT_CRIO_HOOK_FILENAME.to_owned());
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(InstallError::BadValue {
+                what: "--hook-filename".to_owned(),
+                value: name,
+                valid: "a file name (no '/'), like oci-nvidia-hook.json",
+            });
+        }
+        Ok(Some(dir.join(name)))
     }
 }

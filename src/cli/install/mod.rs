@@ -30,6 +30,8 @@ mod accept_tests;
 #[cfg(test)]
 mod drain_tests;
 #[cfg(test)]
+mod hook_mode_tests;
+#[cfg(test)]
 mod signal_tests;
 #[cfg(test)]
 mod tests;
@@ -45,7 +47,7 @@ pub use drain::DRAIN_BOUND;
 use state::{STATE_FILE, State};
 
 use super::{CliError, HostArgs};
-use crate::cli::configure::{ConfigureError, EngineKind};
+use crate::cli::configure::{ConfigureError, EngineKind, oci_hook};
 use crate::cli::labels::stop::{StopSignals, Wake};
 use crate::config::{BESIDE_DIR, Config, RELATIVE_PATH};
 use crate::files::write::WriteError;
@@ -224,6 +226,27 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
         &config_toml(settings)?,
     )? {
         lines.push(format!("wrote {}", config_path.display()));
+    }
+    if let Some(hook_file) = &settings.oci_hook {
+        // CRI-O watches its hooks directories: the file takes effect without a restart.
+        let hook = place.toolkit_dir.join(HOOK_BINARY).display().to_string();
+        let text = oci_hook::hook_json(&hook);
+        lines.push(
+            if changes::write_recorded(place, &mut state, &file, hook_file, &text)? {
+                format!(
+                    "wrote the OCI hook {} (CRI-O reads its hooks directories as they change: no restart)",
+                    hook_file.display()
+                )
+            } else {
+                format!("the OCI hook {} is in place", hook_file.display())
+            },
+        );
+        changes::write_recorded(place, &mut state, &file, &settings.ready_file, "")?;
+        lines.push(format!("ready: {}", settings.ready_file.display()));
+        return Ok(Done {
+            owner: state.owner,
+            lines,
+        });
     }
     let (notes, engine_changed) = changes::configure_engine(place, &mut state, &file)?;
     lines.extend(notes.into_iter().map(|n| format!("note: {n}")));
