@@ -71,9 +71,25 @@ installer adds the runtime without making it the default, else none (empty). */}
 {{- define "nvshim.runtimeClassName" -}}
 {{- if .Values.runtimeClassName -}}
 {{- .Values.runtimeClassName -}}
-{{- else if and .Values.installer.enabled (not .Values.installer.setAsDefault) -}}
+{{- else if and .Values.installer.enabled (not .Values.installer.setAsDefault) (not (include "nvshim.crioHook" .)) -}}
 {{- .Values.runtimeClass.name -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when the installer puts the OCI hook into CRI-O's hooks.d instead of registering a
+runtime (installer.crioConfigMode hook): every container runs the hook, there is no runtime
+handler for a RuntimeClass to name. */}}
+{{- define "nvshim.crioHook" -}}
+{{- $mode := .Values.installer.crioConfigMode | default "" }}
+{{- if not (has $mode (list "" "config" "hook")) }}
+{{- fail (printf "installer.crioConfigMode %q is not valid (valid: config, hook, or null)" $mode) }}
+{{- end }}
+{{- if and .Values.installer.enabled (eq $mode "hook") }}
+{{- if ne .Values.installer.runtime "crio" }}
+{{- fail (printf "installer.crioConfigMode hook is CRI-O's, but installer.runtime is %q (set installer.runtime=crio, or leave installer.crioConfigMode null)" .Values.installer.runtime) }}
+{{- end -}}
+true
+{{- end }}
 {{- end -}}
 
 {{/* The host's driver root ("/" unless nvidiaDriverRoot says otherwise). */}}

@@ -15,6 +15,7 @@
 //!   resolution code.
 //! - here: the schema and the documentation of the values.
 
+mod crio_hook;
 pub(crate) mod installer_args;
 mod pod_env;
 mod render;

@@ -60,7 +60,7 @@ pub(crate) fn strings(v: &Value) -> Vec<&str> {
 }
 
 /// The value sets: (case, values over values.yaml).
-pub(crate) const CASES: [(&str, &str); 8] = [
+pub(crate) const CASES: [(&str, &str); 9] = [
     ("defaults", "{}"),
     (
         "labels, exporter and MIG",
@@ -92,6 +92,13 @@ nvidiaDriverRoot: /run/nvidia/driver
 validation: {enabled: false}
 runtimeClass: {create: false}
 openshift: {enabled: true}
+"#,
+    ),
+    (
+        "CRI-O with the OCI hook",
+        r#"
+installer: {runtime: crio, crioConfigMode: hook}
+gfd: {enabled: true}
 "#,
     ),
     (
@@ -323,7 +330,6 @@ fn helm_defaults_install_the_toolkit_first_and_validate_through_the_runtime_clas
             "--runtime=containerd",
             "--runtime-name=nvidia",
             "--toolkit-dir=/usr/local/nvidia/toolkit",
-            "--restart-mode=signal",
             "--driver-root=/",
             "--ready-file=/run/nvidia/validations/toolkit-ready",
             // Image env is not an allocation (values.rs checks what goes with it).
