@@ -408,11 +408,11 @@ impl InstallArgs {
             },
         };
         let oci_hook = self.oci_hook(env, engine)?;
-        if restart == RestartMode::Signal && engine == EngineKind::Crio && oci_hook.is_none() {
+        if restart == RestartMode::Signal && engine == EngineKind::Crio {
             return Err(InstallError::BadValue {
                 what: "--restart-mode".to_owned(),
                 value: "signal".to_owned(),
-                valid: "systemd or none for CRI-O, which does not reload its runtimes on a signal",
+                valid: "systemd or none for CRI-O, which takes neither a new runtime nor a new hook on a signal",
             });
         }
         let set_as_default = flag_or_env_bool(

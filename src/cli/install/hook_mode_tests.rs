@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! `--config-mode hook` (CRI-O): the OCI hook file instead of CRI-O's config, where NVIDIA's
-//! installer puts it, its flags and variables, no restart, and an undo that leaves the host
-//! as it was.
+//! installer puts it, its flags and variables, CRI-O restarted (it reads hooks.d when it starts)
+//! on install and undo, and an undo that leaves the host as it was.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,8 +33,11 @@ fn crio_hook_mode_writes_the_hook_file_not_the_config_and_the_undo_removes_it() 
         host.read("/etc/crio/crio.conf"),
         "[crio.runtime]\ndefault_runtime = \"crun\"\n"
     );
+    // The settings say --restart-mode none: the hook's restart is left to the user.
     assert!(
-        done.lines.iter().any(|l| l.contains("no restart")),
+        done.lines
+            .iter()
+            .any(|l| l.contains("reads the new config when it restarts")),
         "{:?}",
         done.lines
     );
@@ -45,7 +48,12 @@ fn crio_hook_mode_writes_the_hook_file_not_the_config_and_the_undo_removes_it() 
         "{:?}",
         again.lines
     );
-    host.uninstall();
+    // Removing the hook restarts CRI-O too (here: --restart-mode none says so).
+    let undone = host.uninstall();
+    assert!(
+        undone.iter().any(|l| l.contains("reads the new config when it restarts")),
+        "{undone:?}"
+    );
     assert_eq!(host.snapshot(), before);
 }
 
@@ -89,29 +97,6 @@ fn the_hooks_dir_and_file_name_come_from_flags_or_nvidia_s_variables() {
         None
     );
     assert_eq!(host.settings("crio", &[]).oci_hook, None);
-}
-
-#[test]
-fn hook_mode_needs_no_restart_so_signal_is_accepted_there() {
-    let host = Host::new();
-    let root = host.root.path().display().to_string();
-    let source = host.source.path().display().to_string();
-    let argv = [
-        "nvshim",
-        "install",
-        "--host-root",
-        &root,
-        "--source-dir",
-        &source,
-        "--no-daemon",
-        "--runtime",
-        "crio",
-        "--config-mode",
-        "hook",
-        "--restart-mode",
-        "signal",
-    ];
-    assert!(resolve(&argv, &[]).unwrap().oci_hook.is_some());
 }
 
 #[test]

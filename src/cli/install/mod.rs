@@ -228,19 +228,28 @@ pub fn install(settings: &Settings) -> Result<Done, InstallError> {
         lines.push(format!("wrote {}", config_path.display()));
     }
     if let Some(hook_file) = &settings.oci_hook {
-        // CRI-O watches its hooks directories: the file takes effect without a restart.
+        // CRI-O reads its hooks directories when it starts (1.34 does not watch them), so
+        // the hook takes a restart, as the runtime's registration does; recorded as an
+        // engine file, its removal by the undo restarts CRI-O too (else CRI-O would go on
+        // running a hook whose binary the undo removed).
+        if !state.engine_files.contains(hook_file) {
+            state.engine_files.push(hook_file.clone());
+        }
         let hook = place.toolkit_dir.join(HOOK_BINARY).display().to_string();
         let text = oci_hook::hook_json(&hook);
-        lines.push(
-            if changes::write_recorded(place, &mut state, &file, hook_file, &text)? {
-                format!(
-                    "wrote the OCI hook {} (CRI-O reads its hooks directories as they change: no restart)",
-                    hook_file.display()
-                )
-            } else {
-                format!("the OCI hook {} is in place", hook_file.display())
-            },
-        );
+        if changes::write_recorded(place, &mut state, &file, hook_file, &text)? {
+            lines.push(format!("wrote the OCI hook {}", hook_file.display()));
+            let socket = restart::socket_here(&place.host_root, &settings.socket);
+            lines.push(restart::restart(
+                settings.engine,
+                settings.restart,
+                &socket,
+                &place.host_root,
+                None,
+            )?);
+        } else {
+            lines.push(format!("the OCI hook {} is in place", hook_file.display()));
+        }
         changes::write_recorded(place, &mut state, &file, &settings.ready_file, "")?;
         lines.push(format!("ready: {}", settings.ready_file.display()));
         return Ok(Done {
