@@ -50,6 +50,8 @@ pub const ENV_GDS: &str = "NVIDIA_GDS";
 pub const ENV_MOFED: &str = "NVIDIA_MOFED";
 pub const ENV_IMEX_CHANNELS: &str = "NVIDIA_IMEX_CHANNELS";
 const ENABLED: &str = "enabled";
+/// `NVIDIA_VISIBLE_DEVICES` for "no device by this variable" (only CDI allocates).
+pub const VOID: &str = "void";
 
 /// What one container gets, mirroring the kubelet's `ContainerAllocateResponse`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,7 +277,14 @@ pub fn allocate(
     });
     if only_cdi {
         // NVIDIA's plugin stops here: the CDI spec carries the device nodes, so
-        // pass-device-specs is ignored.
+        // pass-device-specs is ignored. It sets no NVIDIA_VISIBLE_DEVICES either, and then the
+        // image's value (every CUDA image's "all") reaches the container: containerd puts the
+        // CDI spec's "void" after it, but CRI-O puts the image's after the spec's, and the
+        // runtime (ours, NVIDIA's) takes the last one, so with the env var accepted a pod of
+        // the nvidia runtime class got every GPU on CRI-O (seen on the live cluster). A
+        // container env from kubelet comes first everywhere and keeps the image's out.
+        out.envs
+            .insert(ENV_VISIBLE_DEVICES.to_string(), VOID.to_string());
         return Ok(out);
     }
     let channels = &settings.imex.channel_ids;

@@ -98,7 +98,7 @@ fn every_strategy_gets_the_pipe_shm_and_limits() {
             // NVIDIA adds the MPS part before it stops for CDI-only strategies.
             "cdi-cri only",
             vec![S::CdiCri],
-            with(&[]),
+            with(&[("NVIDIA_VISIBLE_DEVICES", "void")]),
             mps_mounts.clone(),
         ),
     ];

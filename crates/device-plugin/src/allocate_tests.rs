@@ -20,6 +20,12 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Only CDI allocates: `NVIDIA_VISIBLE_DEVICES=void` keeps the image's value out (CRI-O
+/// puts the image's env after the CDI spec's, and the runtime takes the last).
+fn void() -> BTreeMap<String, String> {
+    map(&[("NVIDIA_VISIBLE_DEVICES", "void")])
+}
+
 fn all_healthy(_: Unit) -> bool {
     true
 }
@@ -123,6 +129,7 @@ fn every_strategy_shape() {
             vec![S::CdiAnnotations],
             false,
             ContainerAllocation {
+                envs: void(),
                 annotations: annotation(),
                 ..Default::default()
             },
@@ -132,6 +139,7 @@ fn every_strategy_shape() {
             vec![S::CdiCri],
             true,
             ContainerAllocation {
+                envs: void(),
                 cdi_devices: cdi.clone(),
                 ..Default::default()
             },
@@ -141,6 +149,7 @@ fn every_strategy_shape() {
             vec![S::CdiCri, S::CdiAnnotations],
             false,
             ContainerAllocation {
+                envs: void(),
                 annotations: annotation(),
                 cdi_devices: cdi.clone(),
                 ..Default::default()
@@ -250,6 +259,7 @@ fn gds_mofed_gdrcopy_and_imex_channels_by_strategy() {
                     ("NVIDIA_GDRCOPY", "enabled"),
                     ("NVIDIA_GDS", "enabled"),
                     ("NVIDIA_MOFED", "enabled"),
+                    ("NVIDIA_VISIBLE_DEVICES", "void"),
                 ]),
                 cdi_devices: strings(&[&format!("{CDI_KIND}={g1}")]),
                 ..Default::default()

@@ -77,8 +77,11 @@ fn expected(
             .map(|name| CdiDevice { name: name.clone() })
             .collect();
     }
-    // With CDI only, the CDI spec carries everything: no env, no device specs.
+    // With CDI only, the CDI spec carries everything: no device specs, and
+    // NVIDIA_VISIBLE_DEVICES=void so that the image's value stays out (CRI-O orders it after
+    // the spec's "void").
     if strategies.iter().all(|s| s.starts_with("cdi-")) {
+        want.envs.insert(VISIBLE.into(), "void".into());
         return want;
     }
     if has("envvar") {
