@@ -222,3 +222,39 @@ fn load_installed_looks_beside_argv0_after_the_variables_and_before_etc() {
         ))
     );
 }
+
+/// An OCI hook file names the hook by its bare name in `args[0]` (NVIDIA's format): the hook
+/// finds the toolkit's config through its own executable, `versions/<id>/` of the toolkit,
+/// whose `.config` leads to the toolkit's.
+#[test]
+fn a_bare_argv0_looks_beside_the_executable() {
+    let dir = tempdir();
+    let toolkit = dir.path().join("toolkit");
+    let version = toolkit.join("versions").join("abc");
+    std::fs::create_dir_all(toolkit.join(BESIDE_DIR).join("nvidia-container-runtime"))
+        .unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::create_dir_all(&version).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::os::unix::fs::symlink("../../.config", version.join(BESIDE_DIR))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    std::fs::write(
+        toolkit.join(BESIDE_DIR).join(RELATIVE_PATH),
+        "accept-nvidia-visible-devices-as-volume-mounts = true\n",
+    )
+    .unwrap_or_else(|e| panic!("write: {e}"));
+    let exe = version.join("nvidia-container-runtime-hook");
+    let bare = Some(std::ffi::OsStr::new("nvidia-container-runtime-hook"));
+    let loaded = load_installed_from(env_of(&[]), bare, || Some(exe.clone()))
+        .unwrap_or_else(|e| panic!("load: {e}"));
+    assert_eq!(loaded.path, version.join(BESIDE_DIR).join(RELATIVE_PATH));
+    assert!(loaded.config.accept_nvidia_visible_devices_as_volume_mounts);
+    // An absolute argv0 is used as it is; the executable is not asked.
+    let absolute = toolkit.join("nvidia-container-runtime-hook");
+    let loaded = load_installed_from(env_of(&[]), Some(absolute.as_os_str()), || {
+        panic!("asked for the executable")
+    })
+    .unwrap_or_else(|e| panic!("load: {e}"));
+    assert_eq!(loaded.path, toolkit.join(BESIDE_DIR).join(RELATIVE_PATH));
+    // No executable path: /etc.
+    let loaded = load_installed_from(env_of(&[]), bare, || None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.path, PathBuf::from(DEFAULT_PATH));
+}

@@ -306,16 +306,35 @@ pub fn beside(argv0: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
 }
 
 /// [`load`] for the runtime and the hook: `NVIDIA_CTK_CONFIG_FILE_PATH`, then
-/// `XDG_CONFIG_HOME`, then the file [`beside`] `argv0` if it exists, then `/etc`.
+/// `XDG_CONFIG_HOME`, then the file [`beside`] `argv0` if it exists, then `/etc`. An
+/// `argv0` that is only a name (an OCI hook file's `args[0]`, `nvidia-container-runtime-hook`)
+/// says nothing of where the binary is: the running executable's own path stands in for it
+/// (in a toolkit directory `versions/<id>/.config` leads to the toolkit's config).
 pub fn load_installed(
     env: impl Fn(&str) -> Option<String>,
     argv0: Option<&std::ffi::OsStr>,
+) -> Result<Loaded, ConfigError> {
+    load_installed_from(env, argv0, || std::env::current_exe().ok())
+}
+
+/// [`load_installed`] with the executable's path from `exe` (asked only when `argv0` is not
+/// absolute).
+pub fn load_installed_from(
+    env: impl Fn(&str) -> Option<String>,
+    argv0: Option<&std::ffi::OsStr>,
+    exe: impl FnOnce() -> Option<PathBuf>,
 ) -> Result<Loaded, ConfigError> {
     let set = |name| env(name).is_some_and(|v: String| !v.is_empty());
     if set(ENV_CONFIG_FILE_PATH) || set(ENV_XDG_CONFIG_HOME) {
         return load(env);
     }
-    let Some(path) = beside(argv0) else {
+    let absolute = argv0.is_some_and(|a| Path::new(a).is_absolute());
+    let path = if absolute {
+        beside(argv0)
+    } else {
+        exe().and_then(|e| beside(Some(e.as_os_str())))
+    };
+    let Some(path) = path else {
         return load(env);
     };
     match crate::files::read_to_string(&path) {
