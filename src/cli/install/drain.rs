@@ -11,6 +11,13 @@
 //! container exists and it can never be stopped (kubelet: `fork/exec …: no such file or
 //! directory`, the pod Terminating for good). So the undo takes the binaries out only
 //! once no bundle names one; this module only reads, it never removes anything.
+//!
+//! CRI-O goes further: it stops a container through the runtime handler the container was
+//! created with, looked up in its config by name, so once the undo has removed the handler
+//! and restarted CRI-O such a container cannot be stopped either ("failed to find runtime
+//! handler nvidia"). Its containers are found by their monitor: each has a `conmon` whose
+//! command line names the container (`-c`) and the runtime binary (`-r`); with the host's
+//! PIDs (the installer pod has `hostPID`), [`conmon_holders`] reads them from `/proc`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -126,6 +133,57 @@ pub fn options_binary(bytes: &[u8]) -> Option<String> {
     (!options.binary_name.is_empty()).then_some(options.binary_name)
 }
 
+/// The ids of the CRI-O containers whose monitor (`conmon`, under `proc`) runs a binary in
+/// `toolkit`; sorted, each once. A process gone meanwhile counts as gone.
+pub fn conmon_holders(proc: &Path, toolkit: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .filter_map(|cmdline| conmon_container(&cmdline))
+        .filter(|(_, runtime)| Path::new(runtime).starts_with(toolkit))
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// `(container id, runtime binary)` from a process's `cmdline` (NUL-separated) when it is
+/// CRI-O's `conmon` (`-c`/`--cid ID`, `-r`/`--runtime PATH`, each also as `--flag=value`).
+pub fn conmon_container(cmdline: &[u8]) -> Option<(String, String)> {
+    let mut args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(String::from_utf8_lossy);
+    let program = args.next()?;
+    if Path::new(program.as_ref()).file_name()? != "conmon" {
+        return None;
+    }
+    let (mut id, mut runtime) = (None, None);
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
+            _ => (arg.into_owned(), None),
+        };
+        let slot = match flag.as_str() {
+            "-c" | "--cid" => &mut id,
+            "-r" | "--runtime" => &mut runtime,
+            _ => continue,
+        };
+        *slot = inline.or_else(|| args.next().map(|v| v.into_owned()));
+    }
+    Some((id?, runtime?))
+}
+
 /// How the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Drained {
@@ -148,13 +206,28 @@ pub fn wait(
     deadline: Instant,
     taken_over: &mut dyn FnMut() -> bool,
 ) -> Drained {
+    wait_for(
+        &mut || holders(host_root, toolkit, task_dirs),
+        toolkit,
+        deadline,
+        taken_over,
+    )
+}
+
+/// [`wait`] with the holders found by `holders` (containerd's bundles, CRI-O's monitors).
+pub fn wait_for(
+    holders: &mut dyn FnMut() -> Vec<String>,
+    toolkit: &Path,
+    deadline: Instant,
+    taken_over: &mut dyn FnMut() -> bool,
+) -> Drained {
     let start = Instant::now();
     let mut held = 0;
     loop {
         if taken_over() {
             return Drained::TakenOver;
         }
-        let ids = holders(host_root, toolkit, task_dirs);
+        let ids = holders();
         if ids.is_empty() {
             return Drained::Gone {
                 held,

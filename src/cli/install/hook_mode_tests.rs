@@ -51,7 +51,9 @@ fn crio_hook_mode_writes_the_hook_file_not_the_config_and_the_undo_removes_it() 
     // Removing the hook restarts CRI-O too (here: --restart-mode none says so).
     let undone = host.uninstall();
     assert!(
-        undone.iter().any(|l| l.contains("reads the new config when it restarts")),
+        undone
+            .iter()
+            .any(|l| l.contains("reads the new config when it restarts")),
         "{undone:?}"
     );
     assert_eq!(host.snapshot(), before);

@@ -123,7 +123,13 @@ impl Host {
 
     /// `nvshim uninstall`, waiting at most `bound` for containers that use the runtime.
     pub(super) fn uninstall_within(&self, bound: std::time::Duration) -> Vec<String> {
-        uninstall(&self.place(), None, &RestartOverride::default(), bound)
+        // No processes: a CRI-O monitor of this machine (a live cluster's) holds nothing here.
+        let no_processes = self.root.path().join(".no-proc");
+        let overrides = RestartOverride {
+            proc: Some(no_processes),
+            ..RestartOverride::default()
+        };
+        uninstall(&self.place(), None, &overrides, bound)
             .unwrap()
             .unwrap()
     }
