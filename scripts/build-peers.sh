@@ -5,7 +5,7 @@
 #
 #   CACHE/bin/     kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 #                  etcd containerd containerd-shim-runc-v2 ctr runc helm
-#                  nfd-master nfd-worker nfd-gc
+#                  nfd-master nfd-worker nfd-gc crio pinns
 #   CACHE/gomod/   the module cache (GOMODCACHE), CACHE/gocache/ Go's build cache (GOCACHE)
 #   CACHE/stamps/  one file per peer: its version and its go.sum's hash
 #
@@ -21,7 +21,7 @@ mkdir -p "$cache/bin" "$cache/gomod" "$cache/gocache" "$cache/stamps"
 export GOMODCACHE=$cache/gomod GOCACHE=$cache/gocache GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 
 command -v go >/dev/null || { echo "build-peers: go is not on PATH (Go 1.26 builds the peers)" >&2; exit 1; }
-# runc's nsenter and seccomp are C: gcc and libseccomp's headers.
+# runc's nsenter and seccomp and CRI-O's pinns are C: gcc and libseccomp's headers.
 for tool in gcc pkg-config; do
   command -v "$tool" >/dev/null || { echo "build-peers: $tool is not on PATH (runc's cgo build)" >&2; exit 1; }
 done
@@ -98,3 +98,20 @@ nfd=sigs.k8s.io/node-feature-discovery
 GOTOOLCHAIN=go1.27.3 build NFD nfd $nfd "nfd-master nfd-worker nfd-gc" \
   "-X $nfd/pkg/version.version=${version[NFD]}" \
   $nfd/cmd/nfd-master $nfd/cmd/nfd-worker $nfd/cmd/nfd-gc
+# CRI-O with the build tags its Makefile picks on a host without btrfs, gpgme or ostree headers
+# (signatures by the pure-Go OpenPGP), and pinns, its namespace pinner, from the module's C source.
+crio=github.com/cri-o/cri-o
+build CRIO crio $crio "crio" "" \
+  -tags "containers_image_ostree_stub exclude_graphdriver_btrfs containers_image_openpgp seccomp selinux" \
+  $crio/cmd/crio
+pinns_src=$GOMODCACHE/$crio@${version[CRIO]}/pinns/src
+pinns_stamp="${version[CRIO]} $(cat "$pinns_src"/*.c "$pinns_src"/*.h | sha256sum | cut -c1-16) $(gcc -dumpfullversion)"
+if [ -x "$cache/bin/pinns" ] && [ "$(cat "$cache/stamps/pinns" 2>/dev/null)" = "$pinns_stamp" ]; then
+  echo "build-peers: pinns ${version[CRIO]}: cached"
+else
+  # As pinns/Makefile builds it: C99, static.
+  gcc -std=c99 -Os -Wall -Wextra -static -o "$cache/bin/pinns.tmp" "$pinns_src"/*.c
+  mv -f "$cache/bin/pinns.tmp" "$cache/bin/pinns"
+  printf '%s\n' "$pinns_stamp" > "$cache/stamps/pinns"
+  echo "build-peers: pinns ${version[CRIO]}: built"
+fi
