@@ -35,10 +35,11 @@ done
 if [ -f "$dir/sysctls.saved" ]; then
   while IFS='=' read -r key value; do echo "$value" > "/proc/sys/$key"; done < "$dir/sysctls.saved"
 fi
-# Containers' cgroups (containerd's k8s.io parent and kubelet's), once their processes are gone.
+# Containers' cgroups (containerd's k8s.io parent, kubelet's, CRI-O's crio-<id> at the root),
+# once their processes are gone (rmdir takes only empty ones).
 for root in /sys/fs/cgroup/*/; do
-  for top in k8s.io kubepods; do
-    [ -d "$root$top" ] && find "$root$top" -depth -type d -exec rmdir {} + 2>/dev/null
+  for top in "$root"k8s.io "$root"kubepods "$root"crio "$root"crio-*; do
+    [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} + 2>/dev/null
   done
 done
 # Mounts left below the directory (none should be: they were in the nodes' namespaces).

@@ -93,13 +93,16 @@ for variant in "$tag" "$tag-b"; do
   pack "localhost/nvshim/nvidia-device-plugin:$variant" "$dp" '"Entrypoint":["/usr/bin/nvidia-device-plugin"]' \
     '["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_DRIVER_CAPABILITIES=utility"]'
 
-  # The installer image: the runtime, the hook and nvshim (which it copies to the host).
+  # The installer image: the runtime, the hook and nvshim (which it copies to the host), and
+  # chroot, which `--restart-mode systemd` runs systemctl through (Debian's, as the image's
+  # debian:bookworm-slim base has it).
   tk=$work/toolkit
-  mkdir -p "$tk/usr/bin" "$tk/tmp"
+  mkdir -p "$tk/usr/bin" "$tk/usr/sbin" "$tk/tmp"
   install -m 0755 "$static/nvidia-container-runtime" "$static/nvidia-container-runtime-hook" "$tk/usr/bin/"
   install -m 0755 "$bin/nvshim" "$tk/usr/bin/"
+  install -m 0755 "$(command -v chroot)" "$tk/usr/sbin/chroot"
   ln -sf nvshim "$tk/usr/bin/nvidia-ctk-installer"
-  glibc "$tk" "$bin/nvshim"
+  glibc "$tk" "$bin/nvshim" "$tk/usr/sbin/chroot"
   [ "$variant" = "$tag" ] || mark "$tk"
   pack "localhost/nvshim/container-toolkit:$variant" "$tk" '"Entrypoint":["/usr/bin/nvshim","install"]' "$base_env"
 done

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs nvshim on the cluster of `make cluster` and waits until every node advertises its
-# GPUs (nvidia.com/gpu capacity = the simulated node's GPUs): install.sh helm|kustomize|none DIR TAG
+# Installs nvshim on the cluster of `make cluster` and waits until every node has the toolkit
+# (its ready file) and advertises its GPUs (nvidia.com/gpu capacity = the simulated node's
+# GPUs): install.sh helm|kustomize|none DIR TAG
 #   helm       `helm install nvshim deployments/helm/nvshim` (Helm v4), release namespace nvshim,
 #              images from the nodes' local store (pullPolicy Never), the driver at
 #              /run/nvidia/driver (where the nodes have it, as with a driver container)
-#   kustomize  `kubectl apply -k` of the containerd overlay, with the same images and driver root
+#   kustomize  `kubectl apply -k` of the node runtime's overlay (containerd or crio), with the
+#              same images and driver root
 #   none       nothing
 # Extra `helm install` arguments: NVSHIM_HELM_ARGS (split on spaces).
 set -euo pipefail
@@ -35,7 +37,7 @@ case $mode in
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $(realpath --relative-to="$k" "$PWD/deployments/kustomize/overlays/containerd")
+  - $(realpath --relative-to="$k" "$PWD/deployments/kustomize/overlays/${runtime:-containerd}")
 images:
   - name: ghcr.io/nvshim/nvidia-device-plugin
     newName: $plugin_image
@@ -58,6 +60,19 @@ YAML
   *) echo "install: unknown mode \"$mode\" (valid: helm, kustomize, none)" >&2; exit 1 ;;
 esac
 
+# Every node's toolkit installed: the installer's ready file (a node's capacity alone can be
+# left from an earlier install).
+for n in $(seq 1 "$nodes"); do
+  for _ in $(seq 1 300); do
+    nsenter -t "$(cat "$dir/node$n/init.pid")" -m -- test -e /run/nvidia/validations/toolkit-ready && break
+    sleep 0.5
+  done
+  nsenter -t "$(cat "$dir/node$n/init.pid")" -m -- test -e /run/nvidia/validations/toolkit-ready || {
+    "$kubectl" get pods -A -o wide >&2 || true
+    echo "install: no toolkit-ready file on nvshim-node$n after 150 s" >&2
+    exit 1
+  }
+done
 # Every node's capacity: the node's GPUs (node 1: 4, node 2: 2).
 for n in $(seq 1 "$nodes"); do
   want=4

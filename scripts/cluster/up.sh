@@ -6,8 +6,8 @@
 #                   kube-scheduler: processes of this host, on the bridge nvshim0 (10.200.0.1/24)
 #   nodes           nvshim-node1 (4× A100-SXM4-80GB), nvshim-node2 (2× H100 80GB HBM3), each in
 #                   network, mount, PID and UTS namespaces of its own (scripts/cluster/node.sh):
-#                   containerd 2 (config version 3) + runc + CNI bridge, and kubelet; pods on
-#                   node N get 10.244.N.0/24
+#                   containerd 2 (config version 3) or CRI-O (CLUSTER_RUNTIME=crio) + runc + CNI
+#                   bridge, and kubelet; pods on node N get 10.244.N.0/24
 #   images          built locally (scripts/cluster/images.sh) and imported into each node
 #   NFD             Node Feature Discovery's own deployment (scripts/cluster/nfd.sh): GPU labels
 #                   reach the Nodes
@@ -15,7 +15,7 @@
 #                   containerd overlay with kubectl apply -k; =none: a bare cluster
 #
 # Variables: NVSHIM_CLUSTER_DIR (default /var/tmp/nvshim-cluster), CLUSTER_NODES (1 or 2,
-# default 2), CLUSTER_RUNTIME (containerd), CLUSTER_INSTALL, NVSHIM_PEERS_CACHE (the peers'
+# default 2), CLUSTER_RUNTIME (containerd or crio), CLUSTER_INSTALL, NVSHIM_PEERS_CACHE (the peers'
 # cache, scripts/build-peers.sh), NVSHIM_BIN_DIR (our binaries, default target/debug; built
 # when missing). `make cluster-down` (scripts/cluster/down.sh) stops and removes it all.
 set -euo pipefail
@@ -39,7 +39,10 @@ step() { printf '== %s (%ss)\n' "$1" "$SECONDS"; }
 case $nodes in 1|2) ;; *) fail "CLUSTER_NODES=$nodes: valid values are 1 and 2" ;; esac
 case $runtime in
   containerd) ;;
-  crio) fail "CLUSTER_RUNTIME=crio: CRI-O is not built yet (tests/peers/versions.env has no CRI-O; docs/simulated-node.md says why)" ;;
+  crio)
+    for tool in skopeo conmon; do
+      command -v "$tool" >/dev/null || fail "$tool is not on PATH (CLUSTER_RUNTIME=crio: Debian's $tool)"
+    done ;;
   *) fail "CLUSTER_RUNTIME=$runtime: valid values are containerd and crio" ;;
 esac
 case $install in helm|kustomize|none) ;; *) fail "CLUSTER_INSTALL=$install: valid values are helm, kustomize and none" ;; esac
@@ -89,6 +92,7 @@ bash scripts/cluster/pki.sh "$dir" "$ip" "${node_names[*]}"
 cat > "$dir/cluster.env" <<EOF
 nodes=$nodes
 ip=$ip
+runtime=$runtime
 EOF
 
 step "network"
@@ -160,16 +164,16 @@ daemon kube-scheduler "$peers/kube-scheduler" --kubeconfig="$dir/scheduler.kubec
 
 step "nodes"
 for n in $(seq 1 "$nodes"); do
-  bash scripts/cluster/node-config.sh "$dir" "$n" "$peers"
+  bash scripts/cluster/node-config.sh "$dir" "$n" "$peers" "$runtime"
   node=nvshim-node$n
-  NODE=$node NODE_DIR=$dir/node$n SIM=$dir/sim$n PEERS=$peers NODE_IP=10.200.0.1$n \
+  NODE=$node NODE_DIR=$dir/node$n SIM=$dir/sim$n PEERS=$peers NODE_IP=10.200.0.1$n RUNTIME=$runtime \
     setsid ip netns exec "nvshim-node$n" unshare --mount --uts --pid --fork --kill-child \
     bash "$repo/scripts/cluster/node.sh" > "$dir/node$n/init.log" 2>&1 < /dev/null &
   echo $! > "$dir/node$n.pid"
 done
 for n in $(seq 1 "$nodes"); do
   for _ in $(seq 1 300); do [ -e "$dir/node$n/ready" ] && break; sleep 0.2; done
-  [ -e "$dir/node$n/ready" ] || { tail -n 20 "$dir/node$n/init.log" "$dir/node$n/containerd.log" >&2; fail "node $n did not start"; }
+  [ -e "$dir/node$n/ready" ] || { tail -n 20 "$dir/node$n/init.log" "$dir/node$n/$runtime.log" >&2; fail "node $n did not start"; }
   # The node's PID 1 as this host numbers it (unshare's child): nsenter -t enters the node.
   upid=$(cat "$dir/node$n.pid")
   cut -d' ' -f1 "/proc/$upid/task/$upid/children" > "$dir/node$n/init.pid"

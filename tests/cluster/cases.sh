@@ -17,9 +17,9 @@ node_exec() {
 
 # pod NAME NODE GPUS [RUNTIME_CLASS] [SHELL]: creates a pod running SHELL in busybox (with
 # glibc and NVIDIA_VISIBLE_DEVICES=all in its env, as a CUDA image has) on node NODE, with a
-# limit of GPUS nvidia.com/gpu (0: none).
+# limit of GPUS nvidia.com/gpu (0: none), through RUNTIME_CLASS (default nvidia; "": none).
 pod() {
-  local name=$1 node=$2 gpus=$3 class=${4:-nvidia}
+  local name=$1 node=$2 gpus=$3 class=${4-nvidia}
   local shell=${5:-"nvidia-smi -L || echo no-nvidia-smi; ls /dev | grep -E '^nvidia[0-9]+\$' | sed 's/^/dev: /'"}
   local limits="{}" class_line=""
   [ "$gpus" = 0 ] || limits="{limits: {nvidia.com/gpu: $gpus}}"
@@ -100,11 +100,12 @@ validation_job() {
     { "$kubectl" -n nvshim describe "$job" | tail -n 20; "$kubectl" -n nvshim logs "$job" | tail -n 20; return 1; }
 }
 
-# sees NAME NODE GPUS WANT: a pod on NODE with a limit of GPUS nvidia.com/gpu (0: none) sees
-# exactly WANT GPUs: in nvidia-smi -L, as /dev/nvidiaN, and as distinct UUIDs.
+# sees NAME NODE GPUS WANT [CLASS]: a pod on NODE with a limit of GPUS nvidia.com/gpu (0: none)
+# through runtime class CLASS (default nvidia; "": none) sees exactly WANT GPUs: in
+# nvidia-smi -L, as /dev/nvidiaN, and as distinct UUIDs.
 sees() {
   local name=$1 node=$2 gpus=$3 want=$4 out
-  pod "$name" "$node" "$gpus"
+  pod "$name" "$node" "$gpus" "${5-nvidia}"
   out=$(finished "$name") || { echo "$out"; return 1; }
   echo "$out"
   [ "$(count '^GPU [0-9]' "$out")" = "$want" ] || { echo "nvidia-smi -L did not list $want GPU(s)"; return 1; }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # `make test-cluster`: nvshim on a live Kubernetes cluster (scripts/cluster/up.sh: the current
 # kube-apiserver, scheduler, controller manager and kubelet, containerd 2, two simulated GPU
-# nodes), installed by the real Helm, then GPU pods end to end (tests/cluster/cases.sh).
+# nodes, NFD), installed by the real Helm, then GPU pods end to end (tests/cluster/cases.sh);
+# then the same on a one-node CRI-O cluster (tests/cluster/crio_cases.sh).
 # Each case prints PASS or FAIL with what it saw; the last line is "N passed, N failed".
 # The cluster is taken down at the end, whatever happened (NVSHIM_KEEP_CLUSTER=1 keeps it).
 set -uo pipefail
@@ -68,5 +69,23 @@ case_ "time-slicing: replicas 4 make capacity 4x the GPUs; a replica shows one G
 case_ "helm uninstall: containerd's config byte-identical, nothing of ours left" helm_uninstall
 case_ "kubectl apply -k (containerd overlay): validation, two GPUs, image env no allocation, NodeFeature labels" kustomize_install
 case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours left" kustomize_delete
+
+# CRI-O: a one-node cluster of its own.
+bash scripts/cluster/down.sh > /dev/null
+if ! CLUSTER_RUNTIME=crio CLUSTER_NODES=1 CLUSTER_INSTALL=none bash scripts/cluster/up.sh; then
+  failed=$((failed + 1)) failures+=("CRI-O cluster up")
+  for f in "$dir"/*.log "$dir"/node*/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
+  finish
+  exit 1
+fi
+. tests/cluster/crio_cases.sh
+case_ "CRI-O: helm install, the drop-in (a copy of runc's handler), CRI-O restarted, validation" crio_helm_install
+case_ "CRI-O: two GPUs, image env no allocation, one GPU" crio_gpus
+case_ "CRI-O: deviceListStrategy cdi-cri, CRI-O's CDI, with and without the runtime class" crio_cdi_cri
+case_ "CRI-O: helm uninstall, crio.conf byte-identical, CRI-O restarted, nothing of ours left" crio_helm_uninstall
+case_ "CRI-O: installer.crioConfigMode=hook, the OCI hook in hooks.d, no RuntimeClass, GPUs by allocation" crio_hook_install
+case_ "CRI-O: helm uninstall of the hook mode, CRI-O restarted, nothing of ours left" crio_helm_uninstall
+case_ "CRI-O: kubectl apply -k (crio overlay): drop-in, restart, validation, two GPUs, image env" crio_kustomize_install
+case_ "CRI-O: kubectl delete -k, crio.conf byte-identical, nothing of ours left" crio_kustomize_delete
 
 finish
