@@ -13,11 +13,14 @@
 //! - `installer_args`: the installer's command lines through `nvshim install`.
 //! - `pod_env`: the rendered plugin, labels and exporter environments through their own
 //!   resolution code.
+//! - `crio_hook`: CRI-O's hook mode (no RuntimeClass) and its refusals.
+//! - `real_helm`: Helm v4 itself renders every value set to the renderer's objects.
 //! - here: the schema and the documentation of the values.
 
 mod crio_hook;
 pub(crate) mod installer_args;
 mod pod_env;
+mod real_helm;
 mod render;
 mod values;
 
