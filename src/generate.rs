@@ -102,6 +102,10 @@ pub struct Options {
     /// Only the devices with these names (the device plugin: what it advertises);
     /// `None`: every GPU and MIG device. Devices left out are not planned at all.
     pub only: Option<BTreeSet<String>>,
+    /// The name the hook binary is started as (the hooks' `args[0]`, which picks a
+    /// multi-call binary's front end); `None`: `hook_path`'s file name. `nvshim cdi generate`
+    /// run as a binary of another name sets `nvshim`, the name that takes `hook <stage>`.
+    pub hook_argv0: Option<String>,
 }
 
 impl Default for Options {
@@ -114,6 +118,7 @@ impl Default for Options {
             capabilities: DriverCapabilities::all(),
             cover_params: true,
             only: None,
+            hook_argv0: None,
         }
     }
 }
@@ -528,5 +533,10 @@ impl Shape<'_> {
 /// A `createContainer` hook running `stage` of the hook binary: `nvshim hook <stage>`
 /// or `nvidia-container-runtime-hook <stage>`.
 fn stage_hook(options: &Options, stage: &str, args: Vec<String>) -> Hook {
-    hook_contract::stage_hook(std::path::Path::new(&options.hook_path), stage, args)
+    hook_contract::stage_hook_named(
+        std::path::Path::new(&options.hook_path),
+        options.hook_argv0.as_deref(),
+        stage,
+        args,
+    )
 }

@@ -11,7 +11,10 @@ use crate::cdi::Spec;
 use crate::cdi::{Registry, spec};
 use crate::files::write;
 use crate::generate::{self, NameStrategy, NvidiaHooks, Options};
-use crate::hook_contract::{ALL_HOOKS, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY};
+use crate::hook_contract::{
+    ALL_HOOKS, CDI_HOOK_BINARY, CTK_BINARY, DISABLE_DEVICE_NODE_MODIFICATION, HOOK_BINARY,
+    NVSHIM_BINARY,
+};
 use crate::pipeline::{Context, NvmlAccess};
 use crate::request::DriverCapabilities;
 
@@ -96,9 +99,9 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         .iter()
         .map(|s| s.parse::<NameStrategy>())
         .collect::<Result<Vec<_>, _>>()?;
-    let hook_path = match &args.nvidia_cdi_hook_path {
-        Some(path) => path.clone(),
-        None => default_hook_path()?,
+    let (hook_path, hook_argv0) = match &args.nvidia_cdi_hook_path {
+        Some(path) => (path.clone(), None),
+        None => default_hook()?,
     };
     let options = Options {
         kind: format!("{}/{}", args.vendor, args.class),
@@ -108,6 +111,7 @@ fn run_generate(host: &HostArgs, args: &GenerateArgs, out: &mut dyn Write) -> Re
         capabilities: args.driver_capabilities.parse::<DriverCapabilities>()?,
         cover_params: true,
         only: None,
+        hook_argv0,
     };
     let mut options = options;
     let mut nvidia = NvidiaHooks::default();
@@ -180,11 +184,26 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 }
 
 /// `nvidia-container-runtime-hook` beside this `nvshim` (as packages install them),
-/// else this `nvshim` itself.
-fn default_hook_path() -> Result<PathBuf, CliError> {
+/// else this `nvshim` itself, with the name its hooks start it as ([`hook_for`]).
+fn default_hook() -> Result<(PathBuf, Option<String>), CliError> {
     let exe = std::env::current_exe().map_err(CliError::Output)?;
     let hook = exe.with_file_name(HOOK_BINARY);
-    Ok(if hook.is_file() { hook } else { exe })
+    Ok(if hook.is_file() {
+        (hook, None)
+    } else {
+        hook_for(exe)
+    })
+}
+
+/// This binary, at `exe`, as a hook: under one of its own names it is started by that name;
+/// under any other (a renamed or versioned copy) its argv[0] would pick the default front
+/// end, which has no `link-driver`: it is started as `nvshim`, which takes `hook <stage>`.
+pub fn hook_for(exe: PathBuf) -> (PathBuf, Option<String>) {
+    let known = exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| [NVSHIM_BINARY, CTK_BINARY, CDI_HOOK_BINARY].contains(&n));
+    (exe, (!known).then(|| NVSHIM_BINARY.to_owned()))
 }
 
 fn run_list(args: &ListArgs, out: &mut dyn Write) -> Result<(), CliError> {

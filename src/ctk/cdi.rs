@@ -382,6 +382,7 @@ impl GeneratePlan {
             capabilities: DriverCapabilities::all(),
             cover_params: true,
             only,
+            hook_argv0: None,
         };
         let mut nvidia = NvidiaHooks {
             ldconfig_path: a.ldconfig_path.clone().filter(|p| !p.is_empty()),

@@ -102,9 +102,17 @@ pub fn long_name(flag: &'static str) -> &'static str {
 /// the host) with `args` after it: `nvshim hook <stage> …` and `nvidia-ctk hook <stage>
 /// …` for those two binaries, `<binary> <stage> …` otherwise. Its env is [`HOOK_ENV`], never the container's.
 pub fn stage_hook(path: &Path, stage: &str, args: Vec<String>) -> Hook {
-    let name = path
-        .file_name()
-        .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned());
+    stage_hook_named(path, None, stage, args)
+}
+
+/// [`stage_hook`] with the binary started as `argv0` (its `args[0]`) instead of by its
+/// file name: a multi-call binary installed under another name takes the front end of
+/// the name it is started as.
+pub fn stage_hook_named(path: &Path, argv0: Option<&str>, stage: &str, args: Vec<String>) -> Hook {
+    let name = argv0.map(str::to_owned).unwrap_or_else(|| {
+        path.file_name()
+            .map_or_else(|| HOOK_BINARY.into(), |n| n.to_string_lossy().into_owned())
+    });
     let mut argv = Vec::with_capacity(3 + args.len());
     // `nvshim hook <stage>` and `nvidia-ctk hook <stage>`; the hook binaries take the
     // stage first.

@@ -12,6 +12,7 @@ mod common;
 
 mod cdi_csv;
 mod cdi_graphics;
+mod cdi_hook_name;
 mod cdi_schema;
 mod classes;
 mod configure;

@@ -210,6 +210,7 @@ pub fn build(
             nvshim::hook_contract::DISABLE_DEVICE_NODE_MODIFICATION,
         ),
         only: Some(names.clone()),
+        hook_argv0: None,
     };
     let ctx = Context {
         roots: view.seen.clone(),
