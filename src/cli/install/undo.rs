@@ -51,14 +51,16 @@ pub fn uninstall(
         return Ok(None);
     }
     let mut lines = Vec::new();
-    // The ids of a still-running container: CRI-O's need the runtime registered to be
-    // stopped, so with CRI-O the wait comes before the handler goes (drain).
+    // A new install during a wait (the chart installed again) owns the record, and what it
+    // names, from then on.
     let mut taken_over = || match state::load(&file) {
         Ok(Some(now)) => now.owner != state.owner,
         Ok(None) => true,
         // An unreadable record is nobody else's: the wait goes on.
         Err(_) => false,
     };
+    // CRI-O stops a container only through the runtime handler it was created with: its
+    // containers of the runtime must go before the handler does.
     if registers_crio_runtime(&state) {
         let proc = overrides.proc.as_deref().unwrap_or(Path::new(PROC));
         match drain::wait_for(
@@ -112,8 +114,6 @@ pub fn uninstall(
     let sockets = [state.socket.as_path()]
         .into_iter()
         .chain(overrides.socket.as_deref());
-    // A new install during the wait (the chart installed again) owns the record and
-    // the binaries from then on (taken_over).
     match drain::wait(
         &place.host_root,
         &place.toolkit_dir,
