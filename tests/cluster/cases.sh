@@ -19,7 +19,13 @@ node_exec() {
 # glibc and NVIDIA_VISIBLE_DEVICES=all in its env, as a CUDA image has) on node NODE, with a
 # limit of GPUS nvidia.com/gpu (0: none), through RUNTIME_CLASS (default nvidia; "": none).
 pod() {
-  local name=$1 node=$2 gpus=$3 class=${4-nvidia}
+  pod_placed "$1" "nodeSelector: {kubernetes.io/hostname: $2}" "${@:3}"
+}
+
+# pod_placed NAME PLACEMENT GPUS [RUNTIME_CLASS] [SHELL]: `pod` with PLACEMENT (a line of the
+# pod's spec: a nodeSelector or an affinity) instead of a node.
+pod_placed() {
+  local name=$1 placement=$2 gpus=$3 class=${4-nvidia}
   local shell=${5:-"nvidia-smi -L || echo no-nvidia-smi; ls /dev | grep -E '^nvidia[0-9]+\$' | sed 's/^/dev: /'"}
   local limits="{}" class_line=""
   [ "$gpus" = 0 ] || limits="{limits: {nvidia.com/gpu: $gpus}}"
@@ -32,7 +38,7 @@ metadata: {name: $name, namespace: default}
 spec:
   restartPolicy: Never
   $class_line
-  nodeSelector: {kubernetes.io/hostname: $node}
+  $placement
   terminationGracePeriodSeconds: 1
   containers:
     - name: main
@@ -196,27 +202,8 @@ nfd_labels_on_nodes() {
 # affinity_pod NAME EXPRESSION: a pod with nvidia.com/gpu: 1 placed by the scheduler alone, on
 # a node whose labels match EXPRESSION (a nodeAffinity matchExpressions item).
 affinity_pod() {
-  local name=$1 expression=$2
-  "$kubectl" delete pod "$name" --ignore-not-found --wait=true >/dev/null 2>&1
-  "$kubectl" apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $name, namespace: default}
-spec:
-  restartPolicy: Never
-  runtimeClassName: nvidia
-  terminationGracePeriodSeconds: 1
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms: [{matchExpressions: [$expression]}]
-  containers:
-    - name: main
-      image: $busybox
-      imagePullPolicy: Never
-      command: [sh, -c, "nvidia-smi -L"]
-      resources: {limits: {nvidia.com/gpu: 1}}
-EOF
+  local required="{requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [$2]}]}}"
+  pod_placed "$1" "affinity: {nodeAffinity: $required}" 1 nvidia "nvidia-smi -L"
 }
 
 # lands NAME EXPRESSION NODE MODEL: the pod of affinity_pod runs on NODE and sees a MODEL GPU.

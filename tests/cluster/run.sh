@@ -39,13 +39,20 @@ finish() {
   [ "$failed" = 0 ]
 }
 
+# up NAME VAR=VALUE...: a bare cluster (up.sh with the variables); on failure the logs'
+# tails, the summary, and the end of the run.
+up() {
+  local name=$1; shift
+  if ! env "$@" CLUSTER_INSTALL=none bash scripts/cluster/up.sh; then
+    failed=$((failed + 1)) failures+=("$name")
+    for f in "$dir"/*.log "$dir"/node*/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
+    finish
+    exit 1
+  fi
+}
+
 [ ! -e "$dir/cluster.env" ] || bash scripts/cluster/down.sh > /dev/null
-if ! CLUSTER_INSTALL=none bash scripts/cluster/up.sh; then
-  failed=$((failed + 1)) failures+=("cluster up")
-  for f in "$dir"/*.log "$dir"/node*/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
-  finish
-  exit 1
-fi
+up "cluster up" CLUSTER_RUNTIME=containerd
 
 . tests/cluster/cases.sh
 
@@ -72,12 +79,7 @@ case_ "kubectl delete -k: containerd's config byte-identical, nothing of ours le
 
 # CRI-O: a one-node cluster of its own.
 bash scripts/cluster/down.sh > /dev/null
-if ! CLUSTER_RUNTIME=crio CLUSTER_NODES=1 CLUSTER_INSTALL=none bash scripts/cluster/up.sh; then
-  failed=$((failed + 1)) failures+=("CRI-O cluster up")
-  for f in "$dir"/*.log "$dir"/node*/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
-  finish
-  exit 1
-fi
+up "CRI-O cluster up" CLUSTER_RUNTIME=crio CLUSTER_NODES=1
 . tests/cluster/crio_cases.sh
 case_ "CRI-O: helm install, the drop-in (a copy of runc's handler), CRI-O restarted, validation" crio_helm_install
 case_ "CRI-O: two GPUs, image env no allocation, one GPU" crio_gpus
